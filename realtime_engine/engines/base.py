@@ -1,0 +1,74 @@
+"""The one interface between the gateway and any speech engine.
+
+An engine turns one text segment into PCM chunks (float32 mono at
+``sample_rate``), as an async iterator. It knows nothing about WebSockets,
+output formats or contexts; the gateway owns ordering, look-ahead and cancel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from realtime_engine.talker.types import TalkerSampling
+
+
+@dataclass(frozen=True)
+class ChunkingParams:
+    """Streaming-codec chunking (see docs/presets.md)."""
+
+    first_chunk_frames: int
+    chunk_frames: int
+    left_context_frames: int
+    right_holdback_frames: int
+
+
+@dataclass(frozen=True)
+class SegmentRequest:
+    request_id: str
+    text: str
+    voice: str = "default"
+    sampling: TalkerSampling = field(default_factory=TalkerSampling)
+    chunking: ChunkingParams | None = None  # None: the engine's default preset
+    max_new_tokens: int | None = None
+    fixed_rows: int | None = None  # benchmarks: exact output length in frames
+
+
+@dataclass(frozen=True)
+class VoiceInfo:
+    voice_id: str
+    description: str = ""
+    builtin: bool = True
+
+
+class EngineError(RuntimeError):
+    """A segment failed inside the engine; raised from its chunk iterator."""
+
+
+class UnsupportedVoiceError(EngineError):
+    """The engine cannot use the requested voice (or cannot clone voices)."""
+
+
+class SpeechEngine(Protocol):
+    name: str
+    model_id: str
+    sample_rate: int
+
+    def voices(self) -> list[VoiceInfo]: ...
+
+    def synthesize(self, request: SegmentRequest) -> AsyncIterator[np.ndarray]:
+        """PCM float32 chunks for one segment; raises ``EngineError`` on failure."""
+        ...
+
+    async def abort(self, request_id: str) -> None:
+        """Stop the work of ``request_id`` now (no-op when it has finished)."""
+        ...
+
+    async def start(self) -> None:
+        """Load and warm up (idempotent)."""
+        ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,72 @@
+"""Types shared by every talker runner (reference PyTorch, vLLM plugin).
+
+A runner turns a prompt into a stream of delay-patterned code rows, one row of
+``NUM_CODEBOOKS`` codes per decode step, and knows nothing about audio formats
+or WebSockets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+NUM_CODEBOOKS = 8
+CODEBOOK_VOCAB = 1026  # 1024 codes + BOC + EOC
+BOC = 1024  # begin-of-codebook (delay padding at the start)
+EOC = 1025  # end-of-codebook (delay padding at the end)
+
+
+@dataclass(frozen=True)
+class TalkerSampling:
+    """Per-request sampling parameters (defaults from the Higgs v3 release)."""
+
+    temperature: float = 1.0
+    top_k: int = 50
+    top_p: float = 0.95
+    ras_window: int = 7
+    ras_max_repeat: int = 2
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class TalkerPrompt:
+    """Token ids of a prompt; ``-100`` entries are audio placeholders.
+
+    ``ref_rows`` holds the delay-patterned reference code rows, one per
+    placeholder, in order ([n_placeholders, 8]); ``None`` for zero-shot prompts.
+    """
+
+    token_ids: tuple[int, ...]
+    ref_rows: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class TalkerRequest:
+    request_id: str
+    prompt: TalkerPrompt
+    sampling: TalkerSampling = field(default_factory=TalkerSampling)
+    max_new_tokens: int = 2048
+    # Stop after exactly this many rows regardless of EOC (benchmarks with
+    # random weights, which never emit EOC on their own).
+    fixed_rows: int | None = None
+
+
+class TalkerError(RuntimeError):
+    """A request failed inside the talker; raised from the row iterator."""
+
+
+class TalkerRunner(Protocol):
+    """Continuous-batching talker: requests join and leave between steps."""
+
+    def submit(self, request: TalkerRequest) -> AsyncIterator[np.ndarray]:
+        """Start ``request``; iterate its code rows (int64 arrays of shape [8])."""
+        ...
+
+    async def abort(self, request_id: str) -> None:
+        """Stop ``request_id`` within one step and free its slot (no-op if unknown)."""
+        ...
+
+    async def close(self) -> None: ...

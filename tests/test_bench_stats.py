@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -58,7 +59,7 @@ def test_percentiles_are_ordered_and_bounded(values: list[float]) -> None:
     ps = [percentile(values, p) for p in (0, 50, 90, 95, 99, 100)]
     assert ps[0] == min(values)
     assert ps[-1] == max(values)
-    assert all(a <= b + 1e-9 for a, b in zip(ps, ps[1:], strict=False))
+    assert all(a <= b + 1e-9 for a, b in itertools.pairwise(ps))
 
 
 def test_summarize_exact() -> None:

@@ -35,6 +35,7 @@ class SegmentRequest:
     chunking: ChunkingParams | None = None  # None: the engine's default preset
     max_new_tokens: int | None = None
     fixed_rows: int | None = None  # benchmarks: exact output length in frames
+    speed: float = 1.0  # speaking rate; engines without rate control ignore it
 
 
 @dataclass(frozen=True)

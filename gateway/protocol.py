@@ -1,0 +1,503 @@
+"""Realtime speech protocol, version 1: every event, config model and constant.
+
+One definition shared by the server, the Python SDK, the browser demo (via
+the JSON schema) and the benchmark harness. Client events are strict (unknown
+fields are errors, so typos surface at once); server events ignore unknown
+fields so older clients keep working against newer servers.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import struct
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+
+PROTOCOL_VERSION = 1
+SUBPROTOCOL = "speech.v1"
+NATIVE_SAMPLE_RATE: Final = 24000
+
+# WebSocket close codes.
+CLOSE_NORMAL = 1000
+CLOSE_POLICY = 1008
+CLOSE_TOO_BIG = 1009
+CLOSE_SERVER_ERROR = 1011
+CLOSE_TRY_AGAIN = 1013
+
+AudioFormat = Literal["opus", "pcm16", "pcm_f32", "mulaw"]
+SampleRate = Literal[8000, 16000, 24000, 48000]
+FrameMs = Literal[10, 20, 40, 60]
+LatencyPreset = Literal["latency", "balanced", "exact", "custom"]
+ContextId = Annotated[str, Field(min_length=1, max_length=64)]
+VoiceId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+# --------------------------------------------------------------------------- session config
+
+
+class OutputConfig(_Strict):
+    format: AudioFormat = "opus"
+    sample_rate: SampleRate = NATIVE_SAMPLE_RATE
+    frame_ms: FrameMs = 20
+
+    @model_validator(mode="after")
+    def _rate_fits_format(self) -> OutputConfig:
+        if self.format == "mulaw" and self.sample_rate != 8000:
+            raise ValueError("mulaw (G.711) is 8000 Hz only")
+        return self
+
+
+class TextBuffering(_Strict):
+    mode: Literal["auto", "manual"] = "auto"
+    max_buffer_delay_ms: int = Field(default=250, ge=0, le=10_000)
+
+
+class Sampling(_Strict):
+    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
+    top_k: int = Field(default=50, ge=0, le=1024)  # 0 disables top-k
+    top_p: float = Field(default=0.95, gt=0.0, le=1.0)
+    seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
+
+
+class Chunking(_Strict):
+    """Streaming-codec chunking in codec frames (40 ms each at 24 kHz)."""
+
+    first_chunk_frames: int = Field(ge=1, le=100)
+    chunk_frames: int = Field(ge=1, le=200)
+    left_context_frames: int = Field(ge=0, le=64)
+    right_holdback_frames: int = Field(ge=0, le=64)
+
+
+PRESETS: dict[str, Chunking] = {
+    "latency": Chunking(
+        first_chunk_frames=1, chunk_frames=10, left_context_frames=10, right_holdback_frames=2
+    ),
+    "balanced": Chunking(
+        first_chunk_frames=2, chunk_frames=15, left_context_frames=12, right_holdback_frames=4
+    ),
+    "exact": Chunking(
+        first_chunk_frames=4, chunk_frames=25, left_context_frames=12, right_holdback_frames=10
+    ),
+}
+
+
+class SessionConfig(_Strict):
+    """The effective settings of a session (applied to contexts created afterwards)."""
+
+    id: str = ""
+    model: str = ""
+    voice: VoiceId = "default"
+    output: OutputConfig = Field(default_factory=OutputConfig)
+    audio_transport: Literal["binary", "base64"] = "binary"
+    text_buffering: TextBuffering = Field(default_factory=TextBuffering)
+    latency_preset: LatencyPreset = "balanced"
+    # Always the effective chunking: the preset's values unless latency_preset is "custom".
+    chunking: Chunking | None = None
+    sampling: Sampling = Field(default_factory=Sampling)
+    max_audio_seconds: float = Field(default=120.0, gt=0.0, le=3600.0)
+
+    @model_validator(mode="after")
+    def _chunking_matches_preset(self) -> SessionConfig:
+        if self.latency_preset == "custom":
+            if self.chunking is None:
+                raise ValueError("latency_preset 'custom' needs explicit chunking")
+        elif self.chunking is None:
+            self.chunking = PRESETS[self.latency_preset].model_copy()
+        elif self.chunking != PRESETS[self.latency_preset]:
+            raise ValueError("give either a named latency_preset or explicit chunking, not both")
+        return self
+
+
+READ_ONLY_SESSION_FIELDS = ("id", "model")
+
+
+def apply_session_update(current: SessionConfig, patch: dict[str, Any]) -> SessionConfig:
+    """Merge a partial ``session.update`` into ``current``; raise ``ValidationError``.
+
+    Nested objects merge field by field. Two conveniences keep partial updates
+    natural: changing ``output.format`` without a ``sample_rate`` picks that
+    format's default rate (8000 for mulaw, else 24000), and a ``chunking``
+    without a preset (or a preset without chunking) replaces the other.
+    """
+    merged = current.model_dump()
+    for key, value in patch.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    out = patch.get("output")
+    if isinstance(out, dict) and "format" in out and "sample_rate" not in out:
+        merged["output"]["sample_rate"] = 8000 if out["format"] == "mulaw" else NATIVE_SAMPLE_RATE
+    if "chunking" in patch and "latency_preset" not in patch:
+        merged["latency_preset"] = "custom"
+    elif "latency_preset" in patch and "chunking" not in patch:
+        merged["chunking"] = None
+    return SessionConfig.model_validate(merged)
+
+
+class Limits(_Lenient):
+    max_sessions: int = 1000
+    max_contexts: int = 8
+    max_text_chars_per_context: int = 20_000
+    max_message_bytes: int = 16 * 1024 * 1024
+    idle_timeout_s: float = 120.0
+    max_reference_seconds: float = 30.0
+    max_lead_s: float = 10.0
+
+
+# --------------------------------------------------------------------------- errors
+
+
+ErrorType = Literal[
+    "invalid_request_error",
+    "authentication_error",
+    "rate_limit_error",
+    "server_error",
+    "engine_overloaded",
+]
+
+
+class ErrorCode(StrEnum):
+    INVALID_JSON = "invalid_json"
+    INVALID_EVENT = "invalid_event"
+    MISSING_TYPE = "missing_type"
+    UNKNOWN_EVENT_TYPE = "unknown_event_type"
+    INVALID_VALUE = "invalid_value"
+    READ_ONLY_FIELD = "read_only_field"
+    MESSAGE_TOO_BIG = "message_too_big"
+    BINARY_NOT_ALLOWED = "binary_not_allowed"
+    CONTEXT_NOT_FOUND = "context_not_found"
+    CONTEXT_ENDED = "context_ended"
+    TOO_MANY_CONTEXTS = "too_many_contexts"
+    TEXT_TOO_LONG = "text_too_long"
+    VOICE_NOT_FOUND = "voice_not_found"
+    VOICE_INVALID = "voice_invalid"
+    VOICE_UNSUPPORTED = "voice_unsupported"
+    AUTH_REQUIRED = "auth_required"
+    AUTH_INVALID = "auth_invalid"
+    TOKEN_EXPIRED = "token_expired"
+    SESSION_LIMIT = "session_limit"
+    KEY_SESSION_LIMIT = "key_session_limit"
+    KEY_CONTEXT_LIMIT = "key_context_limit"
+    ENGINE_ERROR = "engine_error"
+    ENGINE_OVERLOADED = "engine_overloaded"
+    INTERNAL_ERROR = "internal_error"
+    IDLE_TIMEOUT = "idle_timeout"
+
+
+class ErrorDetail(_Lenient):
+    type: ErrorType
+    code: str
+    message: str
+    param: str | None = None
+    context_id: str | None = None
+    reply_to: str | None = None
+    retryable: bool = False
+    retry_after_ms: int | None = None
+
+
+class ProtocolError(ValueError):
+    """A client message cannot be accepted; carries the ``error`` event to send."""
+
+    def __init__(self, detail: ErrorDetail) -> None:
+        super().__init__(detail.message)
+        self.detail = detail
+
+
+# --------------------------------------------------------------------------- client events
+
+
+class _ClientEventBase(_Strict):
+    event_id: str | None = Field(default=None, max_length=128)
+
+
+class SessionUpdate(_ClientEventBase):
+    type: Literal["session.update"] = "session.update"
+    session: dict[str, Any]
+
+
+class TextAppend(_ClientEventBase):
+    type: Literal["text.append"] = "text.append"
+    context_id: ContextId
+    text: str
+
+
+class TextFlush(_ClientEventBase):
+    type: Literal["text.flush"] = "text.flush"
+    context_id: ContextId
+    flush_id: str | None = Field(default=None, min_length=1, max_length=64)
+
+
+class ContextEnd(_ClientEventBase):
+    type: Literal["context.end"] = "context.end"
+    context_id: ContextId
+
+
+class ContextCancel(_ClientEventBase):
+    type: Literal["context.cancel"] = "context.cancel"
+    context_id: ContextId
+
+
+class VoiceCreate(_ClientEventBase):
+    type: Literal["voice.create"] = "voice.create"
+    voice_id: VoiceId | None = None
+    audio: str = Field(min_length=1)  # base64 or a data: URI of wav/flac/ogg/mp3
+    text: str | None = None
+
+
+class Ping(_ClientEventBase):
+    type: Literal["ping"] = "ping"
+
+
+ClientEvent = Annotated[
+    SessionUpdate | TextAppend | TextFlush | ContextEnd | ContextCancel | VoiceCreate | Ping,
+    Field(discriminator="type"),
+]
+CLIENT_EVENT_ADAPTER: TypeAdapter[ClientEvent] = TypeAdapter(ClientEvent)
+CLIENT_EVENT_TYPES = frozenset(
+    m.model_fields["type"].default
+    for m in (SessionUpdate, TextAppend, TextFlush, ContextEnd, ContextCancel, VoiceCreate, Ping)
+)
+
+
+# --------------------------------------------------------------------------- server events
+
+_event_counter = itertools.count(1)
+
+
+def new_event_id() -> str:
+    return f"evt_{next(_event_counter):x}"
+
+
+class _ServerEventBase(_Lenient):
+    event_id: str = Field(default_factory=new_event_id)
+    reply_to: str | None = None
+
+
+class SessionCreated(_ServerEventBase):
+    type: Literal["session.created"] = "session.created"
+    session: SessionConfig
+    limits: Limits
+
+
+class SessionUpdated(_ServerEventBase):
+    type: Literal["session.updated"] = "session.updated"
+    session: SessionConfig
+
+
+class ContextCreated(_ServerEventBase):
+    type: Literal["context.created"] = "context.created"
+    context_id: str
+    stream: int
+
+
+class TextFlushed(_ServerEventBase):
+    type: Literal["text.flushed"] = "text.flushed"
+    context_id: str
+    flush_id: str
+
+
+class SegmentStarted(_ServerEventBase):
+    type: Literal["segment.started"] = "segment.started"
+    context_id: str
+    segment: int
+    text: str
+    start_ms: int
+
+
+class SegmentDone(_ServerEventBase):
+    type: Literal["segment.done"] = "segment.done"
+    context_id: str
+    segment: int
+    end_ms: int
+
+
+class ContextMetrics(_Lenient):
+    ttfa_ms: float | None = None
+    queue_ms: float | None = None
+    rtf: float | None = None
+    first_segment_chars: int = 0
+    segments: int = 0
+
+
+class ContextDone(_ServerEventBase):
+    type: Literal["context.done"] = "context.done"
+    context_id: str
+    status: Literal["completed", "failed"] = "completed"
+    audio_ms: int
+    metrics: ContextMetrics
+
+
+class ContextCancelled(_ServerEventBase):
+    type: Literal["context.cancelled"] = "context.cancelled"
+    context_id: str
+    audio_ms_sent: int
+    text_spoken: str
+    text_unspoken: str
+
+
+class AudioDelta(_ServerEventBase):
+    type: Literal["audio.delta"] = "audio.delta"
+    context_id: str
+    seq: int
+    pts_ms: int
+    audio: str  # base64 of the same payload a binary frame carries
+
+
+class VoiceCreated(_ServerEventBase):
+    type: Literal["voice.created"] = "voice.created"
+    voice_id: str
+    duration_s: float
+    frames: int
+    cached: bool
+
+
+class Pong(_ServerEventBase):
+    type: Literal["pong"] = "pong"
+
+
+class ErrorEvent(_ServerEventBase):
+    type: Literal["error"] = "error"
+    error: ErrorDetail
+
+
+ServerEvent = Annotated[
+    SessionCreated
+    | SessionUpdated
+    | ContextCreated
+    | TextFlushed
+    | SegmentStarted
+    | SegmentDone
+    | ContextDone
+    | ContextCancelled
+    | AudioDelta
+    | VoiceCreated
+    | Pong
+    | ErrorEvent,
+    Field(discriminator="type"),
+]
+SERVER_EVENT_ADAPTER: TypeAdapter[ServerEvent] = TypeAdapter(ServerEvent)
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def invalid_request(
+    code: str,
+    message: str,
+    *,
+    param: str | None = None,
+    reply_to: str | None = None,
+    context_id: str | None = None,
+) -> ErrorDetail:
+    return ErrorDetail(
+        type="invalid_request_error",
+        code=code,
+        message=message,
+        param=param,
+        reply_to=reply_to,
+        context_id=context_id,
+    )
+
+
+def _loc_to_param(loc: tuple[int | str, ...], skip_tag: bool) -> str | None:
+    parts = [str(p) for p in (loc[1:] if skip_tag else loc)]
+    return ".".join(parts) or None
+
+
+def validation_error_detail(
+    err: ValidationError, *, reply_to: str | None, skip_tag: bool, prefix: str = ""
+) -> ErrorDetail:
+    """The first problem of a pydantic error as an ``invalid_request_error``."""
+    first = err.errors(include_url=False)[0]
+    kind = first["type"]
+    if kind == "union_tag_not_found":
+        return invalid_request(
+            ErrorCode.MISSING_TYPE, "the event has no 'type'", param="type", reply_to=reply_to
+        )
+    if kind == "union_tag_invalid":
+        tag = first.get("input", {}).get("type") if isinstance(first.get("input"), dict) else None
+        return invalid_request(
+            ErrorCode.UNKNOWN_EVENT_TYPE,
+            f"unknown event type {tag!r}",
+            param="type",
+            reply_to=reply_to,
+        )
+    param = _loc_to_param(tuple(first["loc"]), skip_tag)
+    if prefix:
+        param = f"{prefix}.{param}" if param else prefix
+    where = f"{param}: " if param else ""
+    return invalid_request(
+        ErrorCode.INVALID_VALUE, f"{where}{first['msg']}", param=param, reply_to=reply_to
+    )
+
+
+def parse_client_event(data: str | bytes) -> ClientEvent:
+    """Parse one JSON text frame; raise ``ProtocolError`` with the error to send."""
+    try:
+        raw = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ProtocolError(
+            invalid_request(ErrorCode.INVALID_JSON, f"message is not valid JSON: {e}")
+        ) from e
+    if not isinstance(raw, dict):
+        raise ProtocolError(
+            invalid_request(ErrorCode.INVALID_EVENT, "an event must be a JSON object")
+        )
+    event_id = raw.get("event_id") if isinstance(raw.get("event_id"), str) else None
+    try:
+        return CLIENT_EVENT_ADAPTER.validate_python(raw)
+    except ValidationError as e:
+        raise ProtocolError(validation_error_detail(e, reply_to=event_id, skip_tag=True)) from e
+
+
+def parse_server_event(data: str | bytes) -> ServerEvent:
+    """Parse one server JSON frame (SDK side); raises ``ValidationError`` / ``ValueError``."""
+    return SERVER_EVENT_ADAPTER.validate_json(data)
+
+
+def dump_event(event: BaseModel) -> str:
+    return event.model_dump_json()
+
+
+# --------------------------------------------------------------------------- binary frames
+
+FRAME_VERSION = 1
+FRAME_KIND_AUDIO = 1
+FRAME_HEADER = struct.Struct(">BBHII")  # version, kind, stream, seq, pts_ms
+FRAME_HEADER_BYTES = FRAME_HEADER.size  # 12
+MAX_STREAM = 0xFFFF
+
+
+@dataclass(frozen=True, slots=True)
+class AudioFrame:
+    stream: int
+    seq: int
+    pts_ms: int
+    payload: bytes
+
+
+def pack_audio_frame(stream: int, seq: int, pts_ms: int, payload: bytes) -> bytes:
+    return FRAME_HEADER.pack(FRAME_VERSION, FRAME_KIND_AUDIO, stream, seq, pts_ms) + payload
+
+
+def unpack_audio_frame(data: bytes) -> AudioFrame:
+    """Parse a server binary frame; raise ``ValueError`` for anything but a v1 audio frame."""
+    if len(data) < FRAME_HEADER_BYTES:
+        raise ValueError(f"binary frame of {len(data)} bytes is shorter than the header")
+    version, kind, stream, seq, pts_ms = FRAME_HEADER.unpack_from(data)
+    if version != FRAME_VERSION or kind != FRAME_KIND_AUDIO:
+        raise ValueError(f"unsupported frame version {version} kind {kind}")
+    return AudioFrame(stream, seq, pts_ms, bytes(data[FRAME_HEADER_BYTES:]))

@@ -1,0 +1,71 @@
+"""Prometheus metrics for one gateway (its own registry, so apps never collide)."""
+
+from __future__ import annotations
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+_LATENCY_BUCKETS = (0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0)
+_STEP_BUCKETS = (0.001, 0.002, 0.004, 0.006, 0.008, 0.012, 0.02, 0.04, 0.08, 0.2)
+_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+class GatewayMetrics:
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.sessions_active = Gauge(
+            "speech_sessions_active", "Open WebSocket sessions", registry=r
+        )
+        self.sessions_total = Counter("speech_sessions", "WebSocket sessions accepted", registry=r)
+        self.sessions_refused = Counter(
+            "speech_sessions_refused", "WebSocket sessions refused", ["reason"], registry=r
+        )
+        self.contexts_active = Gauge("speech_contexts_active", "Open contexts", registry=r)
+        self.contexts_total = Counter(
+            "speech_contexts", "Finished contexts by outcome", ["status"], registry=r
+        )
+        self.ttfa_seconds = Histogram(
+            "speech_ttfa_seconds",
+            "First segment speakable to first audio frame sent",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.engine_step_seconds = Histogram(
+            "speech_engine_step_seconds",
+            "Engine decode step time",
+            buckets=_STEP_BUCKETS,
+            registry=r,
+        )
+        self.engine_batch_size = Histogram(
+            "speech_engine_batch_size",
+            "Requests per engine step",
+            buckets=_BATCH_BUCKETS,
+            registry=r,
+        )
+        self.queue_depth = Gauge(
+            "speech_queue_depth", "Segments waiting for the engine", registry=r
+        )
+        self.outbound_queue_depth = Gauge(
+            "speech_outbound_queue_depth", "Frames and events waiting for sockets", registry=r
+        )
+        self.audio_seconds_out = Counter(
+            "speech_audio_seconds_out", "Audio seconds sent to clients", registry=r
+        )
+        self.errors_total = Counter(
+            "speech_errors", "Error events sent, by type and code", ["type", "code"], registry=r
+        )
+
+    def error(self, error_type: str, code: str) -> None:
+        self.errors_total.labels(type=error_type, code=code).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

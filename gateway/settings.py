@@ -1,0 +1,48 @@
+"""Server settings: one validated object built from CLI flags or the environment."""
+
+from __future__ import annotations
+
+import os
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway.protocol import Limits
+
+
+class GatewaySettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    # No keys: the server is open (local use). With keys every WebSocket and
+    # HTTP call needs one (or an ephemeral token minted with one).
+    api_keys: tuple[str, ...] = ()
+    # HMAC secret for ephemeral tokens; random per process when empty.
+    token_secret: str = ""
+    token_ttl_s: float = Field(default=60.0, gt=0)
+    max_token_ttl_s: float = Field(default=600.0, gt=0)
+    limits: Limits = Field(default_factory=Limits)
+    max_sessions_per_key: int = Field(default=100, ge=1)
+    max_contexts_per_key: int = Field(default=400, ge=1)
+    # Protocol-level keepalive pings sent by the server (uvicorn).
+    ws_ping_interval_s: float = Field(default=20.0, gt=0)
+    ws_ping_timeout_s: float = Field(default=20.0, gt=0)
+    # Frames and events waiting for the socket, per session: a slow client
+    # slows only its own engine work.
+    outbound_queue_items: int = Field(default=256, ge=4)
+    # Displayed as the session's model; the engine's model id when empty.
+    model_name: str = ""
+    # PCM chunks longer than this are encoded on a worker thread.
+    encode_inline_max_ms: float = Field(default=60.0, ge=0)
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> GatewaySettings:
+        """Settings from ``SPEECH_GATEWAY_*`` variables, then explicit overrides."""
+        values: dict[str, object] = {}
+        keys = os.environ.get("SPEECH_GATEWAY_API_KEYS", "")
+        if keys.strip():
+            values["api_keys"] = tuple(k.strip() for k in keys.split(",") if k.strip())
+        if secret := os.environ.get("SPEECH_GATEWAY_TOKEN_SECRET"):
+            values["token_secret"] = secret
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls.model_validate(values)

@@ -1,0 +1,126 @@
+"""Process-wide gateway state shared by the WebSocket and HTTP routes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from gateway.auth import Authenticator
+from gateway.metrics import GatewayMetrics
+from gateway.settings import GatewaySettings
+from realtime_engine.engines.base import SpeechEngine, UnsupportedVoiceError
+
+
+@dataclass(frozen=True)
+class CreatedVoice:
+    voice_id: str
+    duration_s: float
+    frames: int
+    cached: bool
+
+
+class VoiceRegistry(Protocol):
+    """Where voice ids resolve; HTTP ``/v1/voices`` and WS ``voice.create`` share it."""
+
+    def has(self, voice_id: str) -> bool: ...
+
+    async def create(self, audio: bytes, text: str | None, voice_id: str | None) -> CreatedVoice:
+        """Encode a reference clip; raise ``ValueError`` (bad clip) or
+        ``UnsupportedVoiceError`` (the engine cannot clone)."""
+        ...
+
+
+class EngineVoices:
+    """The engine's built-in voices; cloning is refused (engines without an encoder)."""
+
+    def __init__(self, engine: SpeechEngine) -> None:
+        self._engine = engine
+
+    def has(self, voice_id: str) -> bool:
+        return voice_id == "default" or any(v.voice_id == voice_id for v in self._engine.voices())
+
+    async def create(self, audio: bytes, text: str | None, voice_id: str | None) -> CreatedVoice:
+        raise UnsupportedVoiceError(f"the {self._engine.name} engine cannot create voices")
+
+
+@dataclass
+class Admission:
+    """Concurrency accounting: total sessions, sessions and contexts per key."""
+
+    max_sessions: int
+    max_sessions_per_key: int
+    max_contexts_per_key: int
+    sessions: int = 0
+    sessions_by_key: dict[str, int] = field(default_factory=dict)
+    contexts_by_key: dict[str, int] = field(default_factory=dict)
+
+    def session_refusal(self, key_id: str) -> str | None:
+        """Why a new session of ``key_id`` would be refused, or None."""
+        if self.sessions >= self.max_sessions:
+            return "server"
+        if self.sessions_by_key.get(key_id, 0) >= self.max_sessions_per_key:
+            return "key"
+        return None
+
+    def open_session(self, key_id: str) -> None:
+        self.sessions += 1
+        self.sessions_by_key[key_id] = self.sessions_by_key.get(key_id, 0) + 1
+
+    def close_session(self, key_id: str) -> None:
+        self.sessions -= 1
+        left = self.sessions_by_key.get(key_id, 1) - 1
+        if left:
+            self.sessions_by_key[key_id] = left
+        else:
+            self.sessions_by_key.pop(key_id, None)
+
+    def try_open_context(self, key_id: str) -> bool:
+        count = self.contexts_by_key.get(key_id, 0)
+        if count >= self.max_contexts_per_key:
+            return False
+        self.contexts_by_key[key_id] = count + 1
+        return True
+
+    def close_context(self, key_id: str) -> None:
+        left = self.contexts_by_key.get(key_id, 1) - 1
+        if left:
+            self.contexts_by_key[key_id] = left
+        else:
+            self.contexts_by_key.pop(key_id, None)
+
+
+@dataclass
+class GatewayState:
+    settings: GatewaySettings
+    engine: SpeechEngine
+    metrics: GatewayMetrics
+    auth: Authenticator
+    voices: VoiceRegistry
+    admission: Admission
+    ready: bool = False  # engine loaded and warmed
+    draining: bool = False  # shutting down: refuse new sessions with 1013
+
+    @classmethod
+    def create(
+        cls,
+        settings: GatewaySettings,
+        engine: SpeechEngine,
+        voices: VoiceRegistry | None = None,
+        metrics: GatewayMetrics | None = None,
+    ) -> GatewayState:
+        return cls(
+            settings=settings,
+            engine=engine,
+            metrics=metrics or GatewayMetrics(),
+            auth=Authenticator(settings.api_keys, settings.token_secret),
+            voices=voices or EngineVoices(engine),
+            admission=Admission(
+                max_sessions=settings.limits.max_sessions,
+                max_sessions_per_key=settings.max_sessions_per_key,
+                max_contexts_per_key=settings.max_contexts_per_key,
+            ),
+        )
+
+    @property
+    def model_name(self) -> str:
+        return self.settings.model_name or self.engine.model_id

@@ -1,0 +1,368 @@
+"""A WebSocket connection to the gateway, typed by ``gateway.protocol``.
+
+One reader task parses every server message and routes it: events of a
+context go to that context's queue (or to the connection's, for contexts
+opened with ``dispatch="connection"``); everything else goes to the
+connection's queue, which ``async for event in conn`` drains. Replies to
+``session.update``, ``voice.create`` and ``ping`` also resolve the call that
+sent them, matched by ``event_id`` / ``reply_to``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import itertools
+import time
+import uuid
+from collections.abc import AsyncIterator, Generator
+from typing import Any
+from urllib.parse import urlencode, urlsplit, urlunsplit
+
+import websockets
+from pydantic import BaseModel, ValidationError
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
+from websockets.typing import Subprotocol
+
+from gateway.client.context import AudioChunk, Context, ContextItem, ContextState, _Closed
+from gateway.client.errors import (
+    ClientError,
+    ConnectionClosedError,
+    HandshakeError,
+    ProtocolViolationError,
+    closed_error,
+    error_from_detail,
+)
+from gateway.protocol import (
+    CLOSE_NORMAL,
+    SUBPROTOCOL,
+    AudioDelta,
+    ContextCancelled,
+    ContextCreated,
+    ContextDone,
+    ErrorEvent,
+    Limits,
+    Ping,
+    Pong,
+    ServerEvent,
+    SessionConfig,
+    SessionCreated,
+    SessionUpdate,
+    SessionUpdated,
+    VoiceCreate,
+    VoiceCreated,
+    parse_server_event,
+    unpack_audio_frame,
+)
+
+ConnectionItem = ServerEvent | AudioChunk
+
+
+def realtime_url(url: str, model: str | None = None, token: str | None = None) -> str:
+    """``http(s)://`` or ``ws(s)://`` base URL -> the realtime endpoint URL."""
+    parts = urlsplit(url)
+    scheme = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
+    if scheme not in ("ws", "wss"):
+        raise ValueError(f"unsupported URL scheme {parts.scheme!r} in {url!r}")
+    path = parts.path if parts.path not in ("", "/") else "/v1/realtime"
+    query = [q for q in parts.query.split("&") if q]
+    extra = {k: v for k, v in (("model", model), ("token", token)) if v}
+    if extra:
+        query.append(urlencode(extra))
+    return urlunsplit((scheme, parts.netloc, path, "&".join(query), ""))
+
+
+class SessionResource:
+    def __init__(self, connection: Connection, created: SessionCreated) -> None:
+        self._connection = connection
+        self.config: SessionConfig = created.session
+        self.limits: Limits = created.limits
+
+    async def update(self, patch: dict[str, Any] | None = None, **fields: Any) -> SessionConfig:
+        """Change session settings for contexts created afterwards; returns the
+        effective session. Raises ``InvalidRequestError`` on a bad value."""
+        body = {**(patch or {}), **fields}
+        reply = await self._connection.request(SessionUpdate(session=body), SessionUpdated)
+        assert isinstance(reply, SessionUpdated)
+        self.config = reply.session
+        return self.config
+
+
+class VoicesResource:
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+
+    async def create(
+        self, audio: bytes, *, voice_id: str | None = None, text: str | None = None
+    ) -> VoiceCreated:
+        """Register a reference clip (wav/flac/ogg/mp3 bytes) as a voice."""
+        event = VoiceCreate(
+            voice_id=voice_id, audio=base64.b64encode(audio).decode("ascii"), text=text
+        )
+        reply = await self._connection.request(event, VoiceCreated)
+        assert isinstance(reply, VoiceCreated)
+        return reply
+
+
+class Connection:
+    """Use :func:`connect` to open one."""
+
+    def __init__(self, ws: ClientConnection, created: SessionCreated, request_timeout: float):
+        self._ws = ws
+        self._request_timeout = request_timeout
+        self.session = SessionResource(self, created)
+        self.voices = VoicesResource(self)
+        self.connected_at = time.perf_counter()
+        self._events: asyncio.Queue[ConnectionItem | ClientError | _Closed] = asyncio.Queue()
+        self._contexts: dict[str, ContextState] = {}
+        self._streams: dict[int, ContextState] = {}
+        self._pending: dict[str, tuple[type[BaseModel], asyncio.Future[ServerEvent]]] = {}
+        self._ids = itertools.count(1)
+        self._closing = False
+        self._closed_error: ClientError | None = None
+        self._reader = asyncio.create_task(self._read_loop(), name="speech-client-reader")
+
+    @property
+    def limits(self) -> Limits:
+        return self.session.limits
+
+    # ------------------------------------------------------------------ API
+
+    def context(self, context_id: str | None = None, *, dispatch: str = "context") -> Context:
+        """A new context. Its events are read from the context (``dispatch="context"``,
+        the default) or from ``async for event in conn`` (``dispatch="connection"``)."""
+        if dispatch not in ("context", "connection"):
+            raise ValueError(f"dispatch must be 'context' or 'connection', not {dispatch!r}")
+        context_id = context_id or f"ctx_{uuid.uuid4().hex[:12]}"
+        if context_id in self._contexts:
+            raise ValueError(f"context {context_id!r} is still open on this connection")
+        state = ContextState(context_id=context_id, dispatch=dispatch)
+        self._contexts[context_id] = state
+        return Context(self, state, self.send)
+
+    async def ping(self) -> float:
+        """Round trip of a ``ping`` in seconds."""
+        t0 = time.perf_counter()
+        await self.request(Ping(), Pong)
+        return time.perf_counter() - t0
+
+    def __aiter__(self) -> AsyncIterator[ConnectionItem]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[ConnectionItem]:
+        while True:
+            item = await self._events.get()
+            if isinstance(item, _Closed):
+                self._events.put_nowait(item)  # later iterations end the same way
+                if self._closing or item.error is None:
+                    return
+                raise item.error
+            if isinstance(item, ClientError):
+                raise item
+            yield item
+
+    async def close(self) -> None:
+        self._closing = True
+        await self._ws.close(CLOSE_NORMAL)
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reader
+
+    # ------------------------------------------------------------------ sending
+
+    async def send(self, event: BaseModel) -> None:
+        if self._closed_error is not None:
+            raise self._closed_error
+        try:
+            await self._ws.send(event.model_dump_json(exclude_none=True))
+        except ConnectionClosed as e:
+            raise closed_error(e.rcvd.code if e.rcvd else None,
+                               e.rcvd.reason if e.rcvd else "") from e
+
+    async def request(self, event: BaseModel, reply_type: type[BaseModel]) -> ServerEvent:
+        """Send ``event`` with a fresh ``event_id``; await the reply that echoes it."""
+        event_id = f"req_{next(self._ids)}"
+        event = event.model_copy(update={"event_id": event_id})
+        future: asyncio.Future[ServerEvent] = asyncio.get_running_loop().create_future()
+        self._pending[event_id] = (reply_type, future)
+        try:
+            await self.send(event)
+            return await asyncio.wait_for(future, self._request_timeout)
+        finally:
+            self._pending.pop(event_id, None)
+
+    # ------------------------------------------------------------------ receiving
+
+    async def _read_loop(self) -> None:
+        error: ClientError | None = None
+        try:
+            async for message in self._ws:
+                received_at = time.perf_counter()
+                try:
+                    if isinstance(message, bytes):
+                        self._on_binary(message, received_at)
+                    else:
+                        self._on_event(parse_server_event(message), received_at)
+                except (ValidationError, ValueError) as e:
+                    self._events.put_nowait(ProtocolViolationError(str(e)))
+        except ConnectionClosed as e:
+            error = closed_error(e.rcvd.code if e.rcvd else None, e.rcvd.reason if e.rcvd else "")
+        code = self._ws.close_code
+        if error is None and code not in (CLOSE_NORMAL, None) and not self._closing:
+            error = closed_error(code, self._ws.close_reason or "")
+        self._finish(error)
+
+    def _finish(self, error: ClientError | None) -> None:
+        final = error or ConnectionClosedError(self._ws.close_code, "connection closed")
+        self._closed_error = final
+        for _, future in self._pending.values():
+            if not future.done():
+                future.set_exception(final)
+        for state in self._contexts.values():
+            if not state.finished.done():
+                state.queue.put_nowait(_Closed(final))
+                state.finished.set_exception(final)
+                state.finished.exception()  # retrieved: nobody may be waiting on it
+            if not state.created.done():
+                state.created.cancel()
+        self._events.put_nowait(_Closed(error))
+
+    def _resolve_reply(self, event: ServerEvent) -> None:
+        pending = self._pending.get(event.reply_to) if event.reply_to else None
+        if pending is None and not isinstance(event, ErrorEvent):
+            # A reply without reply_to answers the oldest request waiting for its type.
+            pending = next((p for p in self._pending.values()
+                            if isinstance(event, p[0]) and not p[1].done()), None)
+        if pending is None or pending[1].done():
+            return
+        reply_type, future = pending
+        if isinstance(event, ErrorEvent):
+            future.set_exception(error_from_detail(event.error))
+        elif isinstance(event, reply_type):
+            future.set_result(event)
+
+    def _on_event(self, event: ServerEvent, received_at: float) -> None:
+        if isinstance(event, SessionUpdated | VoiceCreated | Pong | ErrorEvent):
+            self._resolve_reply(event)
+        if isinstance(event, AudioDelta):
+            state = self._contexts.get(event.context_id)
+            if state is None or state.stream is None:
+                raise ValueError(f"audio.delta for unknown context {event.context_id!r}")
+            self._route_chunk(state, state.stream, event.seq, event.pts_ms,
+                              base64.b64decode(event.audio), received_at)
+            return
+        context_id = getattr(event, "context_id", None)
+        if isinstance(event, ErrorEvent):
+            context_id = event.error.context_id
+        state = self._contexts.get(context_id) if context_id else None
+        if state is None:
+            self._events.put_nowait(event)
+            return
+        if isinstance(event, ContextCreated):
+            state.stream = event.stream
+            self._streams[event.stream] = state
+            if not state.created.done():
+                state.created.set_result(event)
+        elif isinstance(event, ErrorEvent):
+            state.errors.append(event.error)
+        self._deliver(state, event)
+        if isinstance(event, ContextDone | ContextCancelled):
+            if not state.finished.done():
+                state.finished.set_result(event)
+            self._contexts.pop(state.context_id, None)
+            if state.stream is not None:
+                self._streams.pop(state.stream, None)
+
+    def _on_binary(self, data: bytes, received_at: float) -> None:
+        frame = unpack_audio_frame(data)
+        state = self._streams.get(frame.stream)
+        if state is None:
+            raise ValueError(f"audio frame for unknown stream {frame.stream}")
+        self._route_chunk(state, frame.stream, frame.seq, frame.pts_ms, frame.payload, received_at)
+
+    def _route_chunk(self, state: ContextState, stream: int, seq: int, pts_ms: int,
+                     payload: bytes, received_at: float) -> None:
+        output = state.output or self.session.config.output
+        chunk = AudioChunk(
+            context_id=state.context_id, stream=stream, seq=seq, pts_ms=pts_ms, payload=payload,
+            format=output.format, sample_rate=output.sample_rate, received_at=received_at,
+        )
+        self._deliver(state, chunk)
+
+    def _deliver(self, state: ContextState, item: ContextItem) -> None:
+        if state.dispatch == "context":
+            state.queue.put_nowait(item)
+        else:
+            self._events.put_nowait(item)
+
+
+class connect:  # lower case: used like a function, `async with connect(url) as conn`
+    """Open a realtime connection: ``async with connect(url, api_key=...) as conn``
+    (or ``conn = await connect(url)`` and ``await conn.close()``)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        api_key: str | None = None,
+        token: str | None = None,
+        model: str | None = None,
+        open_timeout: float = 10.0,
+        request_timeout: float = 30.0,
+        max_message_bytes: int | None = 16 * 1024 * 1024,
+    ) -> None:
+        self._url = realtime_url(url, model=model, token=token)
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._open_timeout = open_timeout
+        self._request_timeout = request_timeout
+        self._max_size = max_message_bytes
+        self._connection: Connection | None = None
+
+    async def _open(self) -> Connection:
+        try:
+            ws = await websockets.connect(
+                self._url,
+                additional_headers=self._headers,
+                subprotocols=[Subprotocol(SUBPROTOCOL)],
+                open_timeout=self._open_timeout,
+                max_size=self._max_size,
+                compression=None,  # audio does not compress; deflate only costs CPU
+            )
+        except InvalidStatus as e:
+            body = e.response.body.decode("utf-8", "replace")[:200] if e.response.body else ""
+            raise HandshakeError(e.response.status_code, body) from e
+        except InvalidURI as e:
+            raise ValueError(str(e)) from e
+        except (OSError, TimeoutError) as e:
+            raise ConnectionClosedError(None, f"cannot connect to {self._url}: {e}") from e
+        try:
+            first = await asyncio.wait_for(ws.recv(), self._open_timeout)
+            event = parse_server_event(first)
+        except ConnectionClosed as e:
+            raise closed_error(e.rcvd.code if e.rcvd else None,
+                               e.rcvd.reason if e.rcvd else "") from e
+        except (ValidationError, ValueError) as e:
+            await ws.close()
+            raise ProtocolViolationError(f"first message is not session.created: {e}") from e
+        except TimeoutError as e:
+            await ws.close()
+            raise ConnectionClosedError(None, "no session.created in time") from e
+        if isinstance(event, ErrorEvent):
+            await ws.close()
+            raise error_from_detail(event.error)
+        if not isinstance(event, SessionCreated):
+            await ws.close()
+            raise ProtocolViolationError(f"expected session.created, got {event.type}")
+        return Connection(ws, event, self._request_timeout)
+
+    def __await__(self) -> Generator[Any, None, Connection]:
+        return self._open().__await__()
+
+    async def __aenter__(self) -> Connection:
+        self._connection = await self._open()
+        return self._connection
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._connection is not None:
+            await self._connection.close()

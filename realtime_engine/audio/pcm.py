@@ -1,0 +1,64 @@
+"""Sample conversions: float32 <-> s16 and G.711 mu-law.
+
+Float to s16 scales by 32768 and clips, the convention of FFmpeg's sample
+converter, so our PCM and the containers muxed through PyAV agree bit for bit.
+The mu-law coder is the classic G.711 one (Sun's reference ``g711.c``). Its
+decoder is identical to FFmpeg's ``pcm_mulaw``; the encoders differ only for
+inputs right at a segment edge, where both choices are within one step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float32]
+Int16Array = npt.NDArray[np.int16]
+UInt8Array = npt.NDArray[np.uint8]
+
+_ULAW_BIAS = 0x84
+_ULAW_CLIP_14BIT = 8159
+# Upper ends of the eight mu-law segments in the 14-bit domain.
+_ULAW_SEGMENT_ENDS = np.array([0x3F, 0x7F, 0xFF, 0x1FF, 0x3FF, 0x7FF, 0xFFF, 0x1FFF], np.int32)
+
+
+def as_mono_float32(pcm: npt.ArrayLike) -> FloatArray:
+    """A 1-D float32 view of ``pcm``; rejects multi-channel or non-numeric input."""
+    arr = np.asarray(pcm)
+    if arr.ndim != 1:
+        raise ValueError(f"expected mono PCM as a 1-D array, got shape {arr.shape}")
+    if arr.dtype.kind not in "fiu":
+        raise ValueError(f"expected numeric PCM, got dtype {arr.dtype}")
+    return np.ascontiguousarray(arr, dtype=np.float32)
+
+
+def float_to_s16(pcm: FloatArray) -> Int16Array:
+    scaled = np.rint(np.nan_to_num(pcm, nan=0.0) * 32768.0)
+    return np.clip(scaled, -32768, 32767).astype(np.int16)
+
+
+def s16_to_float(samples: Int16Array) -> FloatArray:
+    return (samples.astype(np.float32) / 32768.0).astype(np.float32)
+
+
+def s16_to_mulaw(samples: Int16Array) -> UInt8Array:
+    value = samples.astype(np.int32) >> 2  # 14-bit domain, arithmetic shift like C
+    negative = value < 0
+    magnitude = np.minimum(np.where(negative, -value, value), _ULAW_CLIP_14BIT)
+    magnitude = magnitude + (_ULAW_BIAS >> 2)
+    segment = np.searchsorted(_ULAW_SEGMENT_ENDS, magnitude, side="left").astype(np.int32)
+    code = (segment << 4) | ((magnitude >> (segment + 1)) & 0x0F)
+    # Past the last segment the reference coder saturates to the largest code.
+    code = np.where(segment >= len(_ULAW_SEGMENT_ENDS), 0x7F, code)
+    mask = np.where(negative, 0x7F, 0xFF)
+    return (code ^ mask).astype(np.uint8)
+
+
+def mulaw_to_s16(codes: UInt8Array) -> Int16Array:
+    inverted = (~codes.astype(np.int32)) & 0xFF
+    t = (((inverted & 0x0F) << 3) + _ULAW_BIAS) << ((inverted & 0x70) >> 4)
+    return np.where(inverted & 0x80, _ULAW_BIAS - t, t - _ULAW_BIAS).astype(np.int16)
+
+
+def float_to_mulaw(pcm: FloatArray) -> UInt8Array:
+    return s16_to_mulaw(float_to_s16(pcm))

@@ -1,0 +1,359 @@
+"""In-process PyTorch talker runner with continuous batching on a worker thread.
+
+One thread owns the model. Between decode steps it admits new requests
+(prefill), drops aborted ones, then runs one step for every request whose
+consumer keeps up: sample a row per request from its last hidden state,
+advance its delay/termination state, hand the row to the request's asyncio
+consumer, and feed the fused embedding of the row back through the model.
+Each request keeps its own KV cache, random stream and slot in the batched
+termination state, so requests join and leave at any step.
+
+Back-pressure: a request whose consumer holds ``queue_rows`` undelivered rows
+sits out steps until the consumer catches up; others keep going.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from realtime_engine.talker.sampling import BatchSampling, RequestNoise, push_history, sample_codes
+from realtime_engine.talker.termination import BatchTermination, eoc_bounds
+from realtime_engine.talker.types import NUM_CODEBOOKS, TalkerError, TalkerRequest
+
+# Codes remembered per codebook for repetition-aware sampling; the widest
+# RAS window a request may ask for.
+HISTORY_WIDTH = 32
+
+
+class TalkerModel(Protocol):
+    """What the runner needs from :class:`realtime_engine.model.talker.HiggsTalker`."""
+
+    @property
+    def device(self) -> torch.device: ...
+
+    def new_cache(self, initial_capacity: int = 256) -> Any: ...
+
+    def embed_prompt(
+        self, token_ids: torch.Tensor, ref_rows: torch.Tensor | None = None
+    ) -> torch.Tensor: ...
+
+    def embed_audio_rows(self, rows: torch.Tensor) -> torch.Tensor: ...
+
+    def forward_embeds(self, embeds: torch.Tensor, caches: Any) -> torch.Tensor: ...
+
+    def audio_logits(self, hidden: torch.Tensor) -> torch.Tensor: ...
+
+
+@dataclass(frozen=True)
+class RunnerStats:
+    steps: int
+    rows: int
+    prefills: int
+    last_step_s: float
+    mean_step_s: float
+    last_batch_size: int
+    active: int
+    waiting: int
+
+
+class _End:
+    """Marks the end of a request's rows."""
+
+
+_END = _End()
+
+
+class _Stream:
+    """A request as the worker sees it; the consumer side lives on ``loop``."""
+
+    def __init__(self, request: TalkerRequest, loop: asyncio.AbstractEventLoop, cap: int) -> None:
+        self.request = request
+        self.loop = loop
+        self.queue: asyncio.Queue[np.ndarray | _End | BaseException] = asyncio.Queue()
+        self.cap = cap
+        self.undelivered = 0  # rows posted but not yet taken; guarded by the runner lock
+        self.slot = -1
+        self.cache: Any = None
+        self.hidden: torch.Tensor | None = None
+        self.noise: RequestNoise | None = None
+        self.emitted = 0
+        self.closed = False
+
+    def post(self, item: np.ndarray | _End | BaseException) -> bool:
+        """Hand ``item`` to the consumer's loop; False when that loop is gone."""
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        except RuntimeError:
+            return False
+        return True
+
+
+class ReferenceRunner:
+    """:class:`~realtime_engine.talker.types.TalkerRunner` over a PyTorch talker."""
+
+    def __init__(
+        self,
+        model: TalkerModel,
+        device: torch.device | str | None = None,
+        *,
+        max_batch: int = 32,
+        queue_rows: int = 64,
+        max_positions: int | None = None,
+    ) -> None:
+        self.model = model
+        self.device = torch.device(device) if device is not None else model.device
+        self.max_batch = max_batch
+        self.queue_rows = queue_rows
+        self.max_positions = max_positions
+        self._lock = threading.Condition()
+        self._waiting: list[_Stream] = []
+        self._active: dict[str, _Stream] = {}
+        self._abort_requested: set[str] = set()
+        self._free_slots = list(range(max_batch - 1, -1, -1))
+        self._termination = BatchTermination(max_batch, NUM_CODEBOOKS, self.device)
+        self._history = torch.full(
+            (max_batch, NUM_CODEBOOKS, HISTORY_WIDTH), -1, dtype=torch.int64, device=self.device
+        )
+        self._closing = False
+        self._steps = 0
+        self._rows = 0
+        self._prefills = 0
+        self._step_time_total = 0.0
+        self._last_step_s = 0.0
+        self._last_batch = 0
+        self._thread = threading.Thread(target=self._run, name="talker-reference", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------ asyncio side
+    def submit(self, request: TalkerRequest) -> AsyncIterator[np.ndarray]:
+        loop = asyncio.get_running_loop()
+        sampling = request.sampling
+        if sampling.ras_window > HISTORY_WIDTH:
+            raise TalkerError(f"ras_window {sampling.ras_window} exceeds {HISTORY_WIDTH}")
+        cap = request.max_new_tokens
+        if request.fixed_rows is not None:
+            cap = request.fixed_rows
+        stream = _Stream(request, loop, max(cap, 0))
+        with self._lock:
+            if self._closing:
+                raise TalkerError("the talker runner is closed")
+            known = {s.request.request_id for s in self._waiting} | set(self._active)
+            if request.request_id in known:
+                raise TalkerError(f"request id {request.request_id!r} is already running")
+            self._waiting.append(stream)
+            self._lock.notify_all()
+        return self._iterate(stream)
+
+    async def _iterate(self, stream: _Stream) -> AsyncIterator[np.ndarray]:
+        try:
+            while True:
+                item = await stream.queue.get()
+                if isinstance(item, _End):
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                with self._lock:
+                    stream.undelivered -= 1
+                    if stream.undelivered == self.queue_rows - 1:
+                        self._lock.notify_all()  # it may step again
+                yield item
+        finally:
+            if not stream.closed:
+                self._request_abort(stream.request.request_id)
+
+    def _request_abort(self, request_id: str) -> None:
+        with self._lock:
+            self._abort_requested.add(request_id)
+            self._lock.notify_all()
+
+    async def abort(self, request_id: str) -> None:
+        """Free ``request_id``'s slot; returns once the worker has let go of it."""
+        self._request_abort(request_id)
+        while True:
+            with self._lock:
+                pending = request_id in self._active or any(
+                    s.request.request_id == request_id for s in self._waiting
+                )
+                if not pending or not self._thread.is_alive():
+                    return
+            await asyncio.sleep(0.001)
+
+    async def close(self) -> None:
+        with self._lock:
+            self._closing = True
+            self._lock.notify_all()
+        await asyncio.to_thread(self._thread.join)
+
+    def stats(self) -> RunnerStats:
+        with self._lock:
+            return RunnerStats(
+                steps=self._steps,
+                rows=self._rows,
+                prefills=self._prefills,
+                last_step_s=self._last_step_s,
+                mean_step_s=self._step_time_total / self._steps if self._steps else 0.0,
+                last_batch_size=self._last_batch,
+                active=len(self._active),
+                waiting=len(self._waiting),
+            )
+
+    # ------------------------------------------------------------ worker side
+    def _run(self) -> None:
+        with torch.inference_mode():
+            while True:
+                with self._lock:
+                    self._apply_aborts()
+                    if self._closing:
+                        break
+                    admit = self._take_admissions()
+                    runnable = [s for s in self._active.values() if s.undelivered < self.queue_rows]
+                    if not admit and not runnable:
+                        self._lock.wait()
+                        continue
+                for stream in admit:
+                    self._prefill(stream)
+                try:
+                    self._step()
+                except Exception as e:
+                    self._fail_all(TalkerError(f"talker step failed: {e}"), e)
+            self._fail_all(TalkerError("the talker runner is closed"), None)
+
+    def _apply_aborts(self) -> None:
+        """Under the lock: drop aborted requests, waiting or active."""
+        if not self._abort_requested:
+            return
+        ids = self._abort_requested
+        self._abort_requested = set()
+        for stream in [s for s in self._waiting if s.request.request_id in ids]:
+            self._waiting.remove(stream)
+            self._finish(stream, _END)
+        for request_id in ids & set(self._active):
+            self._release(self._active[request_id], _END)
+
+    def _take_admissions(self) -> list[_Stream]:
+        """Under the lock: move waiting requests into free slots."""
+        admit = []
+        while self._waiting and self._free_slots:
+            stream = self._waiting.pop(0)
+            stream.slot = self._free_slots.pop()
+            self._active[stream.request.request_id] = stream
+            admit.append(stream)
+        return admit
+
+    def _prefill(self, stream: _Stream) -> None:
+        request = stream.request
+        try:
+            prompt = request.prompt
+            ids = torch.tensor(prompt.token_ids, dtype=torch.long)
+            ref = None if prompt.ref_rows is None else torch.as_tensor(prompt.ref_rows).long()
+            if self.max_positions is not None:
+                room = self.max_positions - len(prompt.token_ids)
+                if room < 1:
+                    raise TalkerError(f"prompt of {len(prompt.token_ids)} tokens leaves no room")
+                stream.cap = min(stream.cap, room)
+            embeds = self.model.embed_prompt(ids, ref)
+            stream.cache = self.model.new_cache(initial_capacity=embeds.shape[0] + 64)
+            hidden = self.model.forward_embeds(embeds.unsqueeze(0), [stream.cache])
+            stream.hidden = hidden[0, -1]
+            stream.noise = RequestNoise(request.sampling.seed, self.device)
+        except Exception as e:
+            error = e if isinstance(e, TalkerError) else TalkerError(f"prefill failed: {e}")
+            error.__cause__ = None if error is e else e
+            with self._lock:
+                self._release(stream, error)
+            return
+        lo, at = eoc_bounds(request.max_new_tokens, request.fixed_rows)
+        slot = torch.tensor([stream.slot], device=self.device)
+        self._termination.reset(slot, torch.tensor([lo]), torch.tensor([at]))
+        self._history.index_fill_(0, slot, -1)
+        with self._lock:
+            self._prefills += 1
+            if stream.cap == 0:
+                self._release(stream, _END)
+
+    def _step(self) -> None:
+        with self._lock:
+            batch = [
+                s
+                for s in self._active.values()
+                if s.hidden is not None and s.undelivered < self.queue_rows
+            ]
+        if not batch:
+            return
+        started = time.perf_counter()
+        slots = torch.tensor([s.slot for s in batch], device=self.device)
+        hidden = torch.stack([s.hidden for s in batch if s.hidden is not None])
+        logits = self.model.audio_logits(hidden).to(self.device)
+        params = BatchSampling.from_requests([s.request.sampling for s in batch], self.device)
+        noise = torch.stack([s.noise.draw() for s in batch if s.noise is not None])
+        history = self._history.index_select(0, slots)
+        sampled = sample_codes(logits, self._termination.allowed(slots), params, noise, history)
+        rows, done = self._termination.advance(slots, sampled.codes)
+        self._history.index_copy_(0, slots, push_history(history, rows))
+        rows_np = rows.cpu().numpy()
+        done_np = done.cpu().numpy()
+
+        going: list[int] = []
+        with self._lock:
+            for i, stream in enumerate(batch):
+                stream.emitted += 1
+                stream.undelivered += 1
+                delivered = stream.post(rows_np[i].copy())
+                if not delivered:
+                    self._release(stream, None)
+                elif bool(done_np[i]) or stream.emitted >= stream.cap:
+                    self._release(stream, _END)
+                else:
+                    going.append(i)
+        if going:
+            idx = torch.tensor(going, device=rows.device)
+            embeds = self.model.embed_audio_rows(rows.index_select(0, idx))
+            caches = [batch[i].cache for i in going]
+            out = self.model.forward_embeds(embeds.unsqueeze(1), caches)
+            for j, i in enumerate(going):
+                batch[i].hidden = out[j, -1]
+        elapsed = time.perf_counter() - started
+        with self._lock:
+            self._steps += 1
+            self._rows += len(batch)
+            self._last_step_s = elapsed
+            self._step_time_total += elapsed
+            self._last_batch = len(batch)
+
+    def _release(self, stream: _Stream, final: _End | BaseException | None) -> None:
+        """Under the lock: free the slot and end the consumer's stream."""
+        if self._active.get(stream.request.request_id) is stream:
+            del self._active[stream.request.request_id]
+            self._free_slots.append(stream.slot)
+        stream.cache = None
+        stream.hidden = None
+        self._finish(stream, final)
+
+    def _finish(self, stream: _Stream, final: _End | BaseException | None) -> None:
+        stream.closed = True
+        if final is not None:
+            stream.post(final)
+
+    def _fail_all(self, error: TalkerError, cause: BaseException | None) -> None:
+        """Fail every waiting and running request; the worker then starts clean."""
+
+        def fresh() -> TalkerError:
+            # one exception object per consumer: tracebacks attach to it
+            copy = TalkerError(str(error))
+            copy.__cause__ = cause
+            return copy
+
+        with self._lock:
+            for stream in list(self._active.values()):
+                self._release(stream, fresh())
+            for stream in self._waiting:
+                self._finish(stream, fresh())
+            self._waiting.clear()

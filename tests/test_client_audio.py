@@ -50,8 +50,9 @@ def test_pcm16_decoder_is_exact(samples: list[int]) -> None:
 @given(st.lists(st.floats(-1, 1, width=32), max_size=200))
 def test_f32_decoder_is_exact(samples: list[float]) -> None:
     payload = np.asarray(samples, dtype="<f4").tobytes()
-    assert np.array_equal(make_decoder("pcm_f32", 16000).decode(payload),
-                          np.asarray(samples, dtype=np.float32))
+    assert np.array_equal(
+        make_decoder("pcm_f32", 16000).decode(payload), np.asarray(samples, dtype=np.float32)
+    )
 
 
 def test_odd_pcm_payload_is_a_protocol_violation() -> None:

@@ -59,8 +59,9 @@ def mulaw_to_float(payload: bytes) -> np.ndarray:
 class PcmDecoder:
     def __init__(self, fmt: str, sample_rate: int) -> None:
         self.sample_rate = sample_rate
-        self._convert = {"pcm16": pcm16_to_float, "pcm_f32": f32_to_float,
-                         "mulaw": mulaw_to_float}[fmt]
+        self._convert = {"pcm16": pcm16_to_float, "pcm_f32": f32_to_float, "mulaw": mulaw_to_float}[
+            fmt
+        ]
 
     def decode(self, payload: bytes) -> np.ndarray:
         return self._convert(payload)

@@ -177,8 +177,9 @@ class Connection:
         try:
             await self._ws.send(event.model_dump_json(exclude_none=True))
         except ConnectionClosed as e:
-            raise closed_error(e.rcvd.code if e.rcvd else None,
-                               e.rcvd.reason if e.rcvd else "") from e
+            raise closed_error(
+                e.rcvd.code if e.rcvd else None, e.rcvd.reason if e.rcvd else ""
+            ) from e
 
     async def request(self, event: BaseModel, reply_type: type[BaseModel]) -> ServerEvent:
         """Send ``event`` with a fresh ``event_id``; await the reply that echoes it."""
@@ -232,8 +233,10 @@ class Connection:
         pending = self._pending.get(event.reply_to) if event.reply_to else None
         if pending is None and not isinstance(event, ErrorEvent):
             # A reply without reply_to answers the oldest request waiting for its type.
-            pending = next((p for p in self._pending.values()
-                            if isinstance(event, p[0]) and not p[1].done()), None)
+            pending = next(
+                (p for p in self._pending.values() if isinstance(event, p[0]) and not p[1].done()),
+                None,
+            )
         if pending is None or pending[1].done():
             return
         reply_type, future = pending
@@ -249,8 +252,14 @@ class Connection:
             state = self._contexts.get(event.context_id)
             if state is None or state.stream is None:
                 raise ValueError(f"audio.delta for unknown context {event.context_id!r}")
-            self._route_chunk(state, state.stream, event.seq, event.pts_ms,
-                              base64.b64decode(event.audio), received_at)
+            self._route_chunk(
+                state,
+                state.stream,
+                event.seq,
+                event.pts_ms,
+                base64.b64decode(event.audio),
+                received_at,
+            )
             return
         context_id = getattr(event, "context_id", None)
         if isinstance(event, ErrorEvent):
@@ -281,12 +290,25 @@ class Connection:
             raise ValueError(f"audio frame for unknown stream {frame.stream}")
         self._route_chunk(state, frame.stream, frame.seq, frame.pts_ms, frame.payload, received_at)
 
-    def _route_chunk(self, state: ContextState, stream: int, seq: int, pts_ms: int,
-                     payload: bytes, received_at: float) -> None:
+    def _route_chunk(
+        self,
+        state: ContextState,
+        stream: int,
+        seq: int,
+        pts_ms: int,
+        payload: bytes,
+        received_at: float,
+    ) -> None:
         output = state.output or self.session.config.output
         chunk = AudioChunk(
-            context_id=state.context_id, stream=stream, seq=seq, pts_ms=pts_ms, payload=payload,
-            format=output.format, sample_rate=output.sample_rate, received_at=received_at,
+            context_id=state.context_id,
+            stream=stream,
+            seq=seq,
+            pts_ms=pts_ms,
+            payload=payload,
+            format=output.format,
+            sample_rate=output.sample_rate,
+            received_at=received_at,
         )
         self._deliver(state, chunk)
 
@@ -340,8 +362,9 @@ class connect:  # lower case: used like a function, `async with connect(url) as 
             first = await asyncio.wait_for(ws.recv(), self._open_timeout)
             event = parse_server_event(first)
         except ConnectionClosed as e:
-            raise closed_error(e.rcvd.code if e.rcvd else None,
-                               e.rcvd.reason if e.rcvd else "") from e
+            raise closed_error(
+                e.rcvd.code if e.rcvd else None, e.rcvd.reason if e.rcvd else ""
+            ) from e
         except (ValidationError, ValueError) as e:
             await ws.close()
             raise ProtocolViolationError(f"first message is not session.created: {e}") from e

@@ -77,8 +77,11 @@ class ConnectionClosedError(ClientError):
     """The WebSocket closed (or could not be opened)."""
 
     def __init__(self, code: int | None, reason: str = "") -> None:
-        super().__init__(f"connection closed (code {code}): {reason}" if reason else
-                         f"connection closed (code {code})")
+        super().__init__(
+            f"connection closed (code {code}): {reason}"
+            if reason
+            else f"connection closed (code {code})"
+        )
         self.code = code
         self.reason = reason
 

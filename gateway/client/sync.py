@@ -49,7 +49,14 @@ def speak(
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(
-            speak_async(text, url=url, voice=voice, api_key=api_key,
-                        sample_rate=sample_rate, session=session, timeout=timeout)
+            speak_async(
+                text,
+                url=url,
+                voice=voice,
+                api_key=api_key,
+                sample_rate=sample_rate,
+                session=session,
+                timeout=timeout,
+            )
         )
     raise ClientError("speak() blocks; inside an event loop use `await speak_async(...)`")

@@ -1,0 +1,71 @@
+"""Turn a load level's records into the numbers the JSON and plots carry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.load import LoadResult
+from bench.playback import DEFAULT_UNDERRUN_THRESHOLD_S
+from bench.records import StreamMetrics, audio_in_window, derive
+from bench.stats import summarize
+
+
+def _ms(values: list[float | None]) -> list[float | None]:
+    return [None if v is None else v * 1000.0 for v in values]
+
+
+def summarize_level(
+    result: LoadResult,
+    prebuffer_s: float = 0.0,
+    underrun_threshold_s: float = DEFAULT_UNDERRUN_THRESHOLD_S,
+) -> dict[str, Any]:
+    """Per-level summary over the streams that started inside the window.
+
+    Throughput counts the audio of every stream (window or not) whose chunks
+    arrived inside the window, divided by the window length.
+    """
+    measured = result.in_window()
+    metrics: list[StreamMetrics] = [derive(r, prebuffer_s, underrun_threshold_s) for r in measured]
+    ok = [m for m in metrics if m.ok]
+    audio_s = audio_in_window(result.records, result.t_window_start, result.t_window_end)
+    window_s = result.window_s
+    errors = sorted({r.error for r in measured if r.error})
+    gaps = [g for m in ok for g in m.gaps_s]
+    return {
+        "mode": result.mode,
+        "level": result.level,
+        "streams_started": len(result.records),
+        "streams_measured": len(measured),
+        "ok": len(ok),
+        "errors": len(measured) - len(ok),
+        "error_samples": errors[:5],
+        "window_s": round(window_s, 4),
+        "drain_s": round(result.t_end - result.t_window_end, 4),
+        "audio_s_in_window": round(audio_s, 4),
+        "throughput_audio_s_per_s": round(audio_s / window_s, 4) if window_s > 0 else None,
+        "ttfa_ms": summarize(_ms([m.ttfa_s for m in ok]), 2),
+        "ttfa_decoded_ms": summarize(_ms([m.ttfa_decoded_s for m in ok]), 2),
+        "server_ttfa_ms": summarize([m.server_ttfa_ms for m in ok], 2),
+        "connect_ms": summarize(_ms([m.connect_s for m in ok]), 2),
+        "total_ms": summarize(_ms([m.total_s for m in ok]), 2),
+        "rtf": summarize([m.rtf for m in ok]),
+        "audio_s": summarize([m.audio_s for m in ok]),
+        "chunks": summarize([float(m.chunks) for m in ok], 1),
+        "gap_ms": summarize(_ms(list(gaps)), 2),
+        "max_gap_ms": summarize(_ms([m.max_gap_s for m in ok]), 2),
+        "stall_s": summarize([m.stall_s for m in ok]),
+        "underrun_s": summarize([m.underrun_s for m in ok]),
+        "underruns_total": sum(m.underruns for m in ok),
+        "streams_with_underrun": sum(1 for m in ok if m.underruns),
+        "min_lead_ms": summarize(_ms([m.min_lead_s for m in ok]), 2),
+    }
+
+
+def level_samples(result: LoadResult) -> dict[str, list[float]]:
+    """Raw per-stream samples the plots need (TTFA CDF, gap histogram)."""
+    metrics = [derive(r) for r in result.in_window()]
+    ok = [m for m in metrics if m.ok]
+    return {
+        "ttfa_ms": [m.ttfa_s * 1000.0 for m in ok if m.ttfa_s is not None],
+        "gap_ms": [g * 1000.0 for m in ok for g in m.gaps_s],
+    }

@@ -1,5 +1,10 @@
 """Audio out: resampling, Opus/PCM/mu-law frames, the binary frame header, HTTP containers."""
 
+from realtime_engine.audio.containers import (
+    CONTAINER_FORMATS,
+    ContainerEncoder,
+    supported_container_formats,
+)
 from realtime_engine.audio.encoder import (
     DEFAULT_FRAME_MS,
     MODEL_SAMPLE_RATE,
@@ -18,6 +23,7 @@ from realtime_engine.audio.errors import (
 from realtime_engine.audio.frame_header import HEADER_SIZE, AudioFrame, pack_frame, parse_frame
 
 __all__ = [
+    "CONTAINER_FORMATS",
     "DEFAULT_FRAME_MS",
     "HEADER_SIZE",
     "MODEL_SAMPLE_RATE",
@@ -27,10 +33,12 @@ __all__ = [
     "AudioEncoder",
     "AudioFormatError",
     "AudioFrame",
+    "ContainerEncoder",
     "EncodedFrame",
     "FrameFormatError",
     "UnsupportedFormatError",
     "pack_frame",
     "parse_frame",
+    "supported_container_formats",
     "validate_output",
 ]

@@ -1,0 +1,47 @@
+"""Errors of the OpenAI-compatible HTTP API, rendered as ``{"error": {...}}``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from gateway.auth import AuthError
+from gateway.protocol import ErrorCode, ErrorDetail, invalid_request
+from gateway.state import GatewayState
+
+
+class ApiError(Exception):
+    """An HTTP API failure with its status and the protocol's error detail."""
+
+    def __init__(self, status: int, detail: ErrorDetail) -> None:
+        super().__init__(detail.message)
+        self.status = status
+        self.detail = detail
+
+    def body(self) -> dict[str, Any]:
+        error = self.detail.model_dump(exclude_none=True)
+        error.setdefault("param", None)  # OpenAI always carries the key
+        return {"error": error}
+
+
+def bad_request(message: str, param: str | None, code: str = ErrorCode.INVALID_VALUE) -> ApiError:
+    return ApiError(400, invalid_request(code, message, param=param))
+
+
+def error_response(error: ApiError, state: GatewayState) -> JSONResponse:
+    state.metrics.error(error.detail.type, error.detail.code)
+    return JSONResponse(error.body(), status_code=error.status)
+
+
+def authenticate(request: Request, state: GatewayState) -> None:
+    """Bearer key (or an ephemeral ``?token=``) when the server has keys."""
+    try:
+        state.auth.authenticate(
+            request.headers.get("authorization"), request.query_params.get("token")
+        )
+    except AuthError as e:
+        raise ApiError(
+            401, ErrorDetail(type="authentication_error", code=e.code, message=e.message)
+        ) from e

@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import re
+from collections.abc import AsyncIterator
+from typing import Any
 
-from gateway.protocol import SessionConfig
+import uvicorn
+from starlette.applications import Starlette
+from starlette.types import ASGIApp
+
+from gateway.app import create_app
+from gateway.protocol import Limits, SessionConfig
+from gateway.settings import GatewaySettings
+from realtime_engine.engines.fake import FakeEngine
 
 _SENTENCE_END = re.compile(r"[.!?]+\s+")
 
@@ -53,3 +64,35 @@ class SentenceSegmenter:
 
 def sentence_segmenter(config: SessionConfig) -> SentenceSegmenter:
     return SentenceSegmenter(config.text_buffering.max_buffer_delay_ms / 1000)
+
+
+# --------------------------------------------------------------------------- servers
+
+
+@contextlib.asynccontextmanager
+async def serve(app: ASGIApp, **ws_options: Any) -> AsyncIterator[str]:
+    """Run ``app`` on a real uvicorn at 127.0.0.1:0 (lifespan on); yield ``ws://host:port``."""
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=0, lifespan="on", log_level="warning", **ws_options
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            if task.done():
+                task.result()
+                raise RuntimeError("the test server stopped before it started")
+            await asyncio.sleep(0.01)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        yield f"ws://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 10)
+
+
+def fake_app(engine: FakeEngine | None = None, **settings: Any) -> Starlette:
+    limits = settings.pop("limits", {})
+    gateway_settings = GatewaySettings(limits=Limits(**limits), **settings)
+    return create_app(
+        gateway_settings, engine or FakeEngine(), segmenter_factory=sentence_segmenter
+    )

@@ -1,0 +1,331 @@
+"""The Starlette application: WebSocket ``/v1/realtime`` plus the HTTP surface.
+
+The WebSocket handler only moves messages between the socket and a
+``SessionPipeline``; admission (auth, limits, readiness) happens before the
+session starts, and refusals are explained with an ``error`` event followed by
+the close code, which browsers can see (an HTTP status on a refused upgrade is
+invisible to them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import json
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import BaseRoute, Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
+
+from gateway.auth import AuthError
+from gateway.outbound import OutClose
+from gateway.pipeline import KeyContextQuota, SegmenterFactory, SessionPipeline
+from gateway.protocol import (
+    CLOSE_POLICY,
+    CLOSE_SERVER_ERROR,
+    CLOSE_TRY_AGAIN,
+    SUBPROTOCOL,
+    ErrorCode,
+    ErrorDetail,
+    ErrorEvent,
+    SessionConfig,
+    dump_event,
+)
+from gateway.segmenting import default_segmenter_factory
+from gateway.settings import GatewaySettings
+from gateway.state import GatewayState, VoiceRegistry
+from realtime_engine.engines.base import SpeechEngine
+
+STATIC_DIR = Path(__file__).parent / "static"
+
+
+def _default_voices(state: GatewayState) -> VoiceRegistry | None:
+    try:
+        voices = importlib.import_module("gateway.voices")
+    except ImportError:
+        return None
+    library = getattr(voices, "VoiceLibrary", None)
+    if library is None:
+        return None
+    registry: VoiceRegistry = library(
+        state.engine, max_reference_seconds=state.settings.limits.max_reference_seconds
+    )
+    return registry
+
+
+def _http_routes(state: GatewayState) -> list[BaseRoute]:
+    """Routes of the OpenAI-compatible HTTP module, when it is installed."""
+    try:
+        module = importlib.import_module("gateway.http_speech")
+    except ImportError:
+        return []
+    routes = getattr(module, "routes", None)
+    return list(routes(state)) if routes is not None else []
+
+
+def create_app(
+    settings: GatewaySettings | None = None,
+    engine: SpeechEngine | None = None,
+    *,
+    voices: VoiceRegistry | None = None,
+    segmenter_factory: SegmenterFactory | None = None,
+) -> Starlette:
+    if engine is None:
+        raise ValueError("create_app needs an engine")
+    settings = settings or GatewaySettings()
+    state = GatewayState.create(settings, engine, voices)
+    if voices is None:
+        state.voices = _default_voices(state) or state.voices
+    segmenters = segmenter_factory or default_segmenter_factory
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await engine.start()
+        state.ready = True
+        try:
+            yield
+        finally:
+            state.ready = False
+            state.draining = True
+            await engine.close()
+
+    async def realtime(ws: WebSocket) -> None:
+        await _serve_session(ws, state, segmenters)
+
+    routes: list[BaseRoute] = [
+        WebSocketRoute("/v1/realtime", realtime),
+        Route("/health", _health),
+        Route("/ready", _ready),
+        Route("/metrics", _metrics),
+        Route("/v1/tokens", _tokens, methods=["POST"]),
+        Route("/", _index),
+        *_http_routes(state),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.gateway = state
+    return app
+
+
+def _state(request: Request) -> GatewayState:
+    state: GatewayState = request.app.state.gateway
+    return state
+
+
+# --------------------------------------------------------------------------- HTTP
+
+
+async def _health(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+async def _ready(request: Request) -> Response:
+    state = _state(request)
+    if state.ready and not state.draining:
+        return JSONResponse(
+            {"status": "ready", "engine": state.engine.name, "model": state.model_name}
+        )
+    return JSONResponse({"status": "draining" if state.draining else "loading"}, status_code=503)
+
+
+async def _metrics(request: Request) -> Response:
+    metrics = _state(request).metrics
+    return Response(metrics.render(), media_type=metrics.content_type)
+
+
+def _error_body(detail: ErrorDetail) -> dict[str, Any]:
+    return {"error": detail.model_dump(exclude_none=True)}
+
+
+async def _tokens(request: Request) -> Response:
+    """Mint a short-lived token a browser can pass as ``?token=``."""
+    state = _state(request)
+    try:
+        principal = state.auth.check_bearer(request.headers.get("authorization"))
+    except AuthError as e:
+        detail = ErrorDetail(type="authentication_error", code=e.code, message=e.message)
+        state.metrics.error(detail.type, detail.code)
+        return JSONResponse(_error_body(detail), status_code=401)
+    ttl = state.settings.token_ttl_s
+    body = await request.body()
+    if body:
+        try:
+            payload = json.loads(body)
+            requested = payload.get("expires_in_s", ttl) if isinstance(payload, dict) else None
+            if isinstance(requested, bool) or not isinstance(requested, int | float):
+                raise ValueError("expires_in_s must be a number")
+            if not 0 < requested <= state.settings.max_token_ttl_s:
+                raise ValueError(
+                    f"expires_in_s must be within (0, {state.settings.max_token_ttl_s}]"
+                )
+            ttl = float(requested)
+        except ValueError as e:
+            detail = ErrorDetail(
+                type="invalid_request_error",
+                code=ErrorCode.INVALID_VALUE,
+                message=str(e),
+                param="expires_in_s",
+            )
+            state.metrics.error(detail.type, detail.code)
+            return JSONResponse(_error_body(detail), status_code=400)
+    minted = state.auth.mint(principal, ttl)
+    return JSONResponse(
+        {
+            "token": minted.token,
+            "expires_at": minted.expires_at,
+            "expires_in_s": minted.expires_in_s,
+        }
+    )
+
+
+_FALLBACK_PAGE = """<!doctype html><meta charset="utf-8"><title>Speech gateway</title>
+<h1>Realtime speech gateway</h1>
+<p>WebSocket: <code>/v1/realtime</code> (subprotocol <code>speech.v1</code>).
+HTTP: <code>POST /v1/audio/speech</code>. Health: <a href="/health">/health</a>,
+<a href="/ready">/ready</a>, <a href="/metrics">/metrics</a>.</p>"""
+
+
+async def _index(request: Request) -> Response:
+    page = STATIC_DIR / "index.html"
+    if page.is_file():
+        return HTMLResponse(page.read_text(encoding="utf-8"))
+    return HTMLResponse(_FALLBACK_PAGE)
+
+
+# --------------------------------------------------------------------------- WebSocket
+
+
+async def _refuse(ws: WebSocket, subprotocol: str | None, detail: ErrorDetail, code: int) -> None:
+    await ws.accept(subprotocol=subprotocol)
+    await ws.send_text(dump_event(ErrorEvent(error=detail)))
+    await ws.close(code=code, reason=detail.code)
+
+
+def _admission_error(ws: WebSocket, state: GatewayState) -> tuple[ErrorDetail, int] | str:
+    """The principal's key id, or why (and with which close code) to refuse."""
+    try:
+        principal = state.auth.authenticate(
+            ws.headers.get("authorization"), ws.query_params.get("token")
+        )
+    except AuthError as e:
+        return ErrorDetail(
+            type="authentication_error", code=e.code, message=e.message
+        ), CLOSE_POLICY
+    model = ws.query_params.get("model")
+    if model and model not in (state.model_name, state.engine.model_id, state.engine.name):
+        detail = ErrorDetail(
+            type="invalid_request_error",
+            code=ErrorCode.INVALID_VALUE,
+            message=f"this server serves {state.model_name!r}, not {model!r}",
+            param="model",
+        )
+        return detail, CLOSE_POLICY
+    if state.draining or not state.ready:
+        reason = "the server is shutting down" if state.draining else "the engine is warming up"
+        detail = ErrorDetail(
+            type="engine_overloaded",
+            code=ErrorCode.ENGINE_OVERLOADED,
+            message=reason,
+            retryable=True,
+            retry_after_ms=1000,
+        )
+        return detail, CLOSE_TRY_AGAIN
+    refusal = state.admission.session_refusal(principal.key_id)
+    if refusal == "server":
+        detail = ErrorDetail(
+            type="engine_overloaded",
+            code=ErrorCode.SESSION_LIMIT,
+            message=f"the server is at its limit of {state.admission.max_sessions} sessions",
+            retryable=True,
+            retry_after_ms=1000,
+        )
+        return detail, CLOSE_TRY_AGAIN
+    if refusal == "key":
+        detail = ErrorDetail(
+            type="rate_limit_error",
+            code=ErrorCode.KEY_SESSION_LIMIT,
+            message=f"this key has {state.admission.max_sessions_per_key} sessions open",
+            retryable=True,
+            retry_after_ms=1000,
+        )
+        return detail, CLOSE_TRY_AGAIN
+    return principal.key_id
+
+
+async def _serve_session(
+    ws: WebSocket, state: GatewayState, segmenter_factory: SegmenterFactory
+) -> None:
+    offered = ws.scope.get("subprotocols") or []
+    subprotocol = SUBPROTOCOL if SUBPROTOCOL in offered else None
+    admitted = _admission_error(ws, state)
+    if not isinstance(admitted, str):
+        detail, code = admitted
+        state.metrics.sessions_refused.labels(reason=detail.code).inc()
+        state.metrics.error(detail.type, detail.code)
+        await _refuse(ws, subprotocol, detail, code)
+        return
+    key_id = admitted
+    state.admission.open_session(key_id)
+    state.metrics.sessions_total.inc()
+    state.metrics.sessions_active.inc()
+    config = SessionConfig(id=f"sess_{secrets.token_hex(12)}", model=state.model_name)
+    pipeline = SessionPipeline(
+        state, config, segmenter_factory, quota=KeyContextQuota(state, key_id)
+    )
+    try:
+        await ws.accept(subprotocol=subprotocol)
+        await pipeline.start()
+        writer = asyncio.create_task(_write(ws, pipeline))
+        reader = asyncio.create_task(_read(ws, pipeline))
+        done, _ = await asyncio.wait({writer, reader}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (writer, reader):
+            if task not in done:
+                task.cancel()
+        await asyncio.gather(writer, reader, return_exceptions=True)
+        for task in done:
+            if not task.cancelled() and task.exception() is not None:
+                await _close_quietly(ws, CLOSE_SERVER_ERROR, "internal error")
+    finally:
+        await pipeline.aclose()
+        state.admission.close_session(key_id)
+        state.metrics.sessions_active.dec()
+
+
+async def _read(ws: WebSocket, pipeline: SessionPipeline) -> None:
+    while True:
+        message = await ws.receive()
+        if message["type"] == "websocket.disconnect":
+            return
+        if message.get("text") is not None:
+            await pipeline.receive_text(message["text"])
+        elif message.get("bytes") is not None:
+            await pipeline.receive_bytes(message["bytes"])
+
+
+async def _write(ws: WebSocket, pipeline: SessionPipeline) -> None:
+    try:
+        while True:
+            message = await pipeline.next_message()
+            if isinstance(message, OutClose):
+                await _close_quietly(ws, message.code, message.reason)
+                return
+            if isinstance(message, bytes):
+                await ws.send_bytes(message)
+            else:
+                await ws.send_text(message)
+    except (WebSocketDisconnect, RuntimeError, OSError):
+        return  # the peer went away; the reader sees the disconnect
+
+
+async def _close_quietly(ws: WebSocket, code: int, reason: str) -> None:
+    if ws.application_state == WebSocketState.DISCONNECTED:
+        return
+    with contextlib.suppress(RuntimeError, OSError, WebSocketDisconnect):
+        await ws.close(code=code, reason=reason)

@@ -1,0 +1,338 @@
+"""Per-context synthesis: segments in order, bounded look-ahead, encode, frame.
+
+A ``ContextWorker`` turns a context's segments into audio, one engine request
+at a time, in order, and puts frames and events on the session's bounded
+outbound queue (``gateway.outbound``). Generation runs ahead of real-time
+playback by at most ``max_lead_s`` so a barge-in wastes little engine work.
+A failure ends only this context: an ``error`` then ``context.done{failed}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import math
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gateway.outbound import (
+    OutAudio,
+    Outbound,
+    OutDone,
+    OutEvent,
+)
+from gateway.protocol import (
+    AudioDelta,
+    ContextMetrics,
+    ErrorCode,
+    ErrorDetail,
+    SegmentDone,
+    SegmentStarted,
+    TextFlushed,
+    dump_event,
+    pack_audio_frame,
+)
+from gateway.session import EndContext, Flush, OpenContext, Speak, error_event
+from realtime_engine.audio.encoder import AudioEncoder, EncodedFrame
+from realtime_engine.engines.base import (
+    ChunkingParams,
+    EngineError,
+    SegmentRequest,
+    SpeechEngine,
+    UnsupportedVoiceError,
+)
+from realtime_engine.talker.types import TalkerSampling
+
+# Higgs codec frames per second; caps a segment's engine budget.
+CODEC_FRAMES_PER_S = 25
+
+
+@dataclass
+class ContextStats:
+    """What the writer and the worker learn about a context, for its final events."""
+
+    first_ready_at: float | None = None  # first segment speakable (loop clock)
+    first_engine_at: float | None = None
+    first_sent_at: float | None = None
+    generation_s: float = 0.0  # wall time spent waiting on the engine
+    generated_s: float = 0.0  # audio seconds produced
+    sent_ms: float = 0.0
+    first_segment_chars: int = 0
+    segments_done: int = 0
+    segment_texts: dict[int, str] = field(default_factory=dict)
+    started_segments: set[int] = field(default_factory=set)
+
+    def metrics(self) -> ContextMetrics:
+        ttfa = queue = None
+        if self.first_ready_at is not None:
+            if self.first_sent_at is not None:
+                ttfa = round((self.first_sent_at - self.first_ready_at) * 1000, 2)
+            if self.first_engine_at is not None:
+                queue = round((self.first_engine_at - self.first_ready_at) * 1000, 2)
+        rtf = round(self.generation_s / self.generated_s, 4) if self.generated_s > 0 else None
+        return ContextMetrics(
+            ttfa_ms=ttfa,
+            queue_ms=queue,
+            rtf=rtf,
+            first_segment_chars=self.first_segment_chars,
+            segments=self.segments_done,
+        )
+
+    def spoken_split(self, unspoken_tail: str) -> tuple[str, str]:
+        """Text whose audio started vs. text never voiced, at a cancel."""
+        spoken = [t for i, t in sorted(self.segment_texts.items()) if i in self.started_segments]
+        unspoken = [
+            t for i, t in sorted(self.segment_texts.items()) if i not in self.started_segments
+        ]
+        return "".join(spoken), "".join(unspoken) + unspoken_tail
+
+
+def to_engine_request(request_id: str, spec: OpenContext, text: str) -> SegmentRequest:
+    cfg = spec.config
+    chunking = None
+    if cfg.chunking is not None:
+        chunking = ChunkingParams(**cfg.chunking.model_dump())
+    sampling = TalkerSampling(
+        temperature=cfg.sampling.temperature,
+        top_k=cfg.sampling.top_k,
+        top_p=cfg.sampling.top_p,
+        seed=cfg.sampling.seed,
+    )
+    return SegmentRequest(
+        request_id=request_id,
+        text=text,
+        voice=cfg.voice,
+        sampling=sampling,
+        chunking=chunking,
+        max_new_tokens=math.ceil(cfg.max_audio_seconds * CODEC_FRAMES_PER_S),
+    )
+
+
+class ContextWorker:
+    def __init__(
+        self,
+        spec: OpenContext,
+        session_id: str,
+        engine: SpeechEngine,
+        outbound: Outbound,
+        *,
+        max_lead_s: float,
+        encode_inline_max_ms: float,
+        on_closed: Callable[[ContextWorker, str], None],
+        on_queue_change: Callable[[int], None] = lambda delta: None,
+    ) -> None:
+        self.spec = spec
+        self.key = spec.key
+        self.context_id = spec.context_id
+        self.stream = spec.stream
+        self.stats = ContextStats()
+        self.cancelled = False
+        self.finished = False
+        self.current_request: str | None = None
+        self._session_id = session_id
+        self._engine = engine
+        self._out = outbound
+        self._max_lead_s = max_lead_s
+        self._encode_inline_max_ms = encode_inline_max_ms
+        self._on_closed = on_closed
+        self._on_queue_change = on_queue_change
+        self._inbox: asyncio.Queue[Speak | Flush | EndContext] = asyncio.Queue()
+        out = spec.config.output
+        self._binary = spec.config.audio_transport == "binary"
+        self._out_rate = out.sample_rate
+        self._encoder = self._new_encoder()
+        self._seq = 0
+        self._out_samples = 0  # output samples in frames made so far
+        self._base_ms = 0.0  # timeline at the start of the current encoder
+        self._fed_in = 0  # input samples fed to the current encoder
+        self.task: asyncio.Task[None] | None = None
+
+    def _new_encoder(self) -> AudioEncoder:
+        out = self.spec.config.output
+        return AudioEncoder(
+            out.format, out.sample_rate, frame_ms=out.frame_ms, input_rate=self._engine.sample_rate
+        )
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._run(), name=f"context-{self.context_id}")
+
+    def submit(self, item: Speak | Flush | EndContext) -> None:
+        # Unbounded on purpose: it holds at most the context's own text
+        # (max_text_chars_per_context), and the reader must never block on it.
+        if isinstance(item, Speak):
+            self.stats.segment_texts[item.index] = item.text
+            if self.stats.first_ready_at is None:
+                self.stats.first_ready_at = item.ready_at
+                self.stats.first_segment_chars = len(item.text)
+            self._on_queue_change(1)
+        self._inbox.put_nowait(item)
+
+    # ------------------------------------------------------------------ run loop
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                item = await self._inbox.get()
+                if isinstance(item, Speak):
+                    self._on_queue_change(-1)
+                    await self._speak(item)
+                elif isinstance(item, Flush):
+                    await self._emit_frames(self._restart_encoder())
+                    flushed = TextFlushed(
+                        context_id=self.context_id, flush_id=item.flush_id, reply_to=item.reply_to
+                    )
+                    await self._out.put(OutEvent(flushed, worker=self))
+                else:
+                    await self._emit_frames(self._encoder.finish())
+                    self._close("completed")
+                    await self._out.put(OutDone(self, "completed", item.reply_to))
+                    return
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            await self._fail(e)
+
+    async def _fail(self, exc: Exception) -> None:
+        if self.current_request is not None:
+            await self._engine.abort(self.current_request)
+        if isinstance(exc, UnsupportedVoiceError):
+            detail = ErrorDetail(
+                type="invalid_request_error", code=ErrorCode.VOICE_UNSUPPORTED, message=str(exc)
+            )
+        elif isinstance(exc, EngineError):
+            detail = ErrorDetail(
+                type="server_error", code=ErrorCode.ENGINE_ERROR, message=str(exc), retryable=True
+            )
+        else:
+            detail = ErrorDetail(
+                type="server_error",
+                code=ErrorCode.INTERNAL_ERROR,
+                message=f"{type(exc).__name__}: {exc}",
+            )
+        detail.context_id = self.context_id
+        self._close("failed")
+        await self._out.put(OutEvent(error_event(detail), worker=None))
+        await self._out.put(OutDone(self, "failed", None))
+
+    def _close(self, status: str) -> None:
+        if not self.finished:
+            self.finished = True
+            self._on_closed(self, status)
+
+    # ------------------------------------------------------------------ one segment
+
+    def timeline_ms(self) -> int:
+        return round(self._base_ms + self._fed_in * 1000 / self._engine.sample_rate)
+
+    async def _speak(self, item: Speak) -> None:
+        if self.cancelled:
+            return
+        request_id = f"{self._session_id}:{self.key}:{item.index}"
+        request = to_engine_request(request_id, self.spec, item.text)
+        cap = int(self.spec.config.max_audio_seconds * self._engine.sample_rate)
+        produced = 0
+        started = False
+        if self.stats.first_engine_at is None:
+            self.stats.first_engine_at = time.perf_counter()
+        self.current_request = request_id
+        stream = self._engine.synthesize(request)
+        try:
+            while produced < cap:
+                await self._respect_lead()
+                chunk = await self._next_chunk(stream)
+                if chunk is None:
+                    break
+                if produced + len(chunk) >= cap:
+                    chunk = chunk[: cap - produced]
+                    await self._engine.abort(request_id)  # runaway segment: stop paying for it
+                produced += len(chunk)
+                if not started:
+                    started = True
+                    await self._segment_started(item)
+                await self._emit_frames(await self._encode(chunk))
+        finally:
+            self.current_request = None
+            await _aclose(stream)
+        if not started:
+            await self._segment_started(item)
+        self.stats.segments_done += 1
+        done = SegmentDone(
+            context_id=self.context_id, segment=item.index, end_ms=self.timeline_ms()
+        )
+        await self._out.put(OutEvent(done, worker=self))
+
+    async def _segment_started(self, item: Speak) -> None:
+        self.stats.started_segments.add(item.index)
+        event = SegmentStarted(
+            context_id=self.context_id,
+            segment=item.index,
+            text=item.text,
+            start_ms=self.timeline_ms(),
+        )
+        await self._out.put(OutEvent(event, worker=self))
+
+    async def _next_chunk(self, stream: AsyncIterator[np.ndarray]) -> np.ndarray | None:
+        started = time.perf_counter()
+        try:
+            chunk = await anext(stream)
+        except StopAsyncIteration:
+            return None
+        finally:
+            self.stats.generation_s += time.perf_counter() - started
+        chunk = np.asarray(chunk, dtype=np.float32).reshape(-1)
+        self.stats.generated_s += len(chunk) / self._engine.sample_rate
+        return chunk
+
+    async def _respect_lead(self) -> None:
+        """Wait while generated audio is more than ``max_lead_s`` ahead of playback."""
+        first = self.stats.first_sent_at
+        if first is None:
+            return
+        lead = self.stats.generated_s - (time.perf_counter() - first)
+        if lead > self._max_lead_s:
+            await asyncio.sleep(lead - self._max_lead_s)
+
+    async def _encode(self, chunk: np.ndarray) -> list[EncodedFrame]:
+        self._fed_in += len(chunk)
+        chunk_ms = len(chunk) * 1000 / self._engine.sample_rate
+        if chunk_ms > self._encode_inline_max_ms:
+            return await asyncio.to_thread(self._encoder.feed, chunk)
+        return self._encoder.feed(chunk)
+
+    def _restart_encoder(self) -> list[EncodedFrame]:
+        """Push out everything buffered (a flush) and keep the timeline continuous."""
+        frames = self._encoder.finish()
+        self._encoder = self._new_encoder()
+        tail = sum(f.samples for f in frames)
+        self._base_ms = (self._out_samples + tail) * 1000 / self._out_rate
+        self._fed_in = 0
+        return frames
+
+    async def _emit_frames(self, frames: list[EncodedFrame]) -> None:
+        for frame in frames:
+            pts_ms = self._out_samples * 1000 // self._out_rate
+            self._out_samples += frame.samples
+            duration_ms = frame.samples * 1000 / self._out_rate
+            data: str | bytes
+            if self._binary:
+                data = pack_audio_frame(self.stream, self._seq, pts_ms, frame.payload)
+            else:
+                data = dump_event(
+                    AudioDelta(
+                        context_id=self.context_id,
+                        seq=self._seq,
+                        pts_ms=pts_ms,
+                        audio=base64.b64encode(frame.payload).decode(),
+                    )
+                )
+            self._seq += 1
+            await self._out.put(OutAudio(self, data, duration_ms))
+
+
+async def _aclose(stream: AsyncIterator[np.ndarray]) -> None:
+    close: Callable[[], Awaitable[None]] | None = getattr(stream, "aclose", None)
+    if close is not None:
+        await close()

@@ -186,13 +186,13 @@ class SafetensorsCheckpoint(Mapping[str, torch.Tensor]):
         by_file: dict[str, set[str]] = {}
         for key, filename in weight_map.items():
             by_file.setdefault(filename, set()).add(key)
-        for filename, keys in sorted(by_file.items()):
-            shard = self.directory / filename
-            if not shard.is_file():
+        for filename in sorted(by_file):
+            if not (self.directory / filename).is_file():
                 raise MissingKeyError(
                     f"shard {filename!r} named in {INDEX_FILE} is missing", key=filename
                 )
-            self._scan(shard, keys)
+        for filename, keys in sorted(by_file.items()):
+            self._scan(self.directory / filename, keys)
 
     def _scan(self, path: Path, listed: set[str] | None) -> None:
         with safe_open(path, framework="pt") as f:

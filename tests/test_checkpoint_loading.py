@@ -29,7 +29,7 @@ from realtime_engine.model.config import HiggsTalkerConfig
 from realtime_engine.model.loader import load_talker
 from realtime_engine.model.tiny import write_tiny_checkpoint
 
-Edit = Callable[[dict[str, torch.Tensor]], None]
+Edit = Callable[[dict[str, torch.Tensor]], object]
 
 
 def _edited_copy(src: Path, dst: Path, edit: Edit) -> Path:
@@ -194,7 +194,7 @@ def test_untied_audio_head_is_required_and_loaded(tiny_checkpoint: Path, tmp_pat
     assert info.value.key == "tied.head.modality_heads.0.weight"
 
 
-def _rewrite_index(path: Path, edit: Callable[[dict[str, str]], None]) -> None:
+def _rewrite_index(path: Path, edit: Callable[[dict[str, str]], object]) -> None:
     index = json.loads((path / "model.safetensors.index.json").read_text())
     edit(index["weight_map"])
     (path / "model.safetensors.index.json").write_text(json.dumps(index))

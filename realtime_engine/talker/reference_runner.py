@@ -264,16 +264,16 @@ class ReferenceRunner:
             hidden = self.model.forward_embeds(embeds.unsqueeze(0), [stream.cache])
             stream.hidden = hidden[0, -1]
             stream.noise = RequestNoise(request.sampling.seed, self.device)
+            lo, at = eoc_bounds(request.max_new_tokens, request.fixed_rows)
+            slot = torch.tensor([stream.slot], device=self.device)
+            self._termination.reset(slot, torch.tensor([lo]), torch.tensor([at]))
+            self._history.index_fill_(0, slot, -1)
         except Exception as e:
             error = e if isinstance(e, TalkerError) else TalkerError(f"prefill failed: {e}")
             error.__cause__ = None if error is e else e
             with self._lock:
                 self._release(stream, error)
             return
-        lo, at = eoc_bounds(request.max_new_tokens, request.fixed_rows)
-        slot = torch.tensor([stream.slot], device=self.device)
-        self._termination.reset(slot, torch.tensor([lo]), torch.tensor([at]))
-        self._history.index_fill_(0, slot, -1)
         with self._lock:
             self._prefills += 1
             if stream.cap == 0:

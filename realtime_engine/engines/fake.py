@@ -51,6 +51,9 @@ class FakeEngineLog:
     finished: list[str] = field(default_factory=list)  # ran to the end
     stopped: list[str] = field(default_factory=list)  # stopped early by abort
     failed: list[str] = field(default_factory=list)
+    # Closed by the consumer while running, without an abort: with a real
+    # engine that work would have kept running.
+    abandoned: list[str] = field(default_factory=list)
 
 
 def segment_pitch_hz(text: str) -> float:
@@ -120,6 +123,12 @@ class FakeEngine:
                     self.log.stopped.append(request.request_id)
                     return
             self.log.finished.append(request.request_id)
+        except (GeneratorExit, asyncio.CancelledError):
+            if aborted.is_set():
+                self.log.stopped.append(request.request_id)
+            else:
+                self.log.abandoned.append(request.request_id)
+            raise
         finally:
             self._abort_events.pop(request.request_id, None)
 

@@ -1,0 +1,310 @@
+"""``VllmTalkerRunner``: the talker on vLLM (``AsyncLLM``), streaming code rows per step.
+
+vLLM's own output per request is just the forced ``<|audio|>`` token; the
+code rows travel separately, pushed by the engine worker after every step
+(see :mod:`realtime_engine.talker.vllm_state`) to a socket this runner
+binds, keyed by a correlation id carried in ``SamplingParams.extra_args``.
+A request's rows end at the row the worker marks last; if vLLM finishes the
+request otherwise (abort, length), only as many rows as tokens vLLM counted
+are delivered, which also drops the extra step an async scheduler may run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import secrets
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from realtime_engine.model.config import AUDIO_PLACEHOLDER_ID
+from realtime_engine.model.tokenizer import HiggsTokenizer, SpecialIds
+from realtime_engine.talker.termination import eoc_bounds
+from realtime_engine.talker.types import NUM_CODEBOOKS, TalkerError, TalkerRequest
+from realtime_engine.talker.vllm_protocol import (
+    MAX_RAS_WINDOW,
+    FailureEvent,
+    RowEvent,
+    TalkerArgs,
+    TalkerArgsError,
+)
+from realtime_engine.talker.vllm_rows import RowReceiver
+
+logger = logging.getLogger(__name__)
+
+# How long rows may trail vLLM's report that a request finished.
+ROW_GRACE_S = 30.0
+
+
+@dataclass(frozen=True)
+class _Finished:
+    num_tokens: int
+
+
+@dataclass(frozen=True)
+class _Aborted:
+    pass
+
+
+_Item = RowEvent | FailureEvent | _Finished | _Aborted | BaseException
+
+
+class _Stream:
+    def __init__(self, request: TalkerRequest, correlation_id: str) -> None:
+        self.request = request
+        self.correlation_id = correlation_id
+        self.queue: asyncio.Queue[_Item] = asyncio.Queue()
+        self.task: asyncio.Task[None] | None = None
+        self.done = False
+
+
+def engine_prompt(
+    request: TalkerRequest, specials: SpecialIds
+) -> tuple[list[int], int, tuple[tuple[int, ...], ...]]:
+    """Token ids for vLLM, plus where the voice-clone rows go.
+
+    Placeholders (-100) must form one run with one reference row each; they
+    become ``<|audio|>`` ids for vLLM (whose inputs must be vocabulary ids),
+    and the model embeds those positions from the rows instead.
+    """
+    ids = list(request.prompt.token_ids)
+    holes = [i for i, t in enumerate(ids) if t == AUDIO_PLACEHOLDER_ID]
+    ref = request.prompt.ref_rows
+    n_ref = 0 if ref is None else int(ref.shape[0])
+    if len(holes) != n_ref:
+        raise TalkerError(f"prompt has {len(holes)} audio placeholders but {n_ref} reference rows")
+    if not holes:
+        return ids, 0, ()
+    assert ref is not None
+    if holes[-1] - holes[0] + 1 != len(holes):
+        raise TalkerError("audio placeholders must be contiguous")
+    if ref.ndim != 2 or ref.shape[1] != NUM_CODEBOOKS:
+        raise TalkerError(f"reference rows must be [n, {NUM_CODEBOOKS}], got {ref.shape}")
+    for i in holes:
+        ids[i] = specials.audio
+    rows = tuple(tuple(int(c) for c in r) for r in np.asarray(ref))
+    return ids, holes[0], rows
+
+
+class VllmTalkerRunner:
+    """:class:`~realtime_engine.talker.types.TalkerRunner` on a vLLM ``AsyncLLM`` engine."""
+
+    def __init__(self, engine: Any, specials: SpecialIds) -> None:
+        self._engine = engine
+        self._specials = specials
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._streams: dict[str, _Stream] = {}
+        self._by_request: dict[str, _Stream] = {}
+        self._nonce = secrets.token_hex(4)
+        self._counter = itertools.count()
+        self._receiver = RowReceiver(self._on_event)
+
+    @classmethod
+    def from_model_dir(
+        cls,
+        model_dir: str | Path,
+        *,
+        max_num_seqs: int = 64,
+        max_model_len: int = 4096,
+        dtype: str = "auto",
+        enforce_eager: bool = False,
+        gpu_memory_utilization: float = 0.85,
+        **engine_kwargs: Any,
+    ) -> VllmTalkerRunner:
+        """Start an engine on ``model_dir`` (a Higgs v3 checkpoint directory)."""
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        tokenizer = HiggsTokenizer.from_dir(model_dir)
+        args = AsyncEngineArgs(
+            model=str(model_dir),
+            skip_tokenizer_init=True,
+            dtype=dtype,
+            max_num_seqs=max_num_seqs,
+            max_model_len=max_model_len,
+            enforce_eager=enforce_eager,
+            gpu_memory_utilization=gpu_memory_utilization,
+            # Generated tokens are all <|audio|>: shared prefixes would share KV
+            # computed with another request's codes.
+            enable_prefix_caching=False,
+            **engine_kwargs,
+        )
+        engine = AsyncLLM.from_engine_args(args)
+        return cls(engine, tokenizer.specials)
+
+    # ------------------------------------------------------------ receiving
+    def _on_event(self, event: RowEvent | FailureEvent) -> None:
+        """Receiver thread → event loop."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._dispatch, event)
+
+    def _dispatch(self, event: RowEvent | FailureEvent) -> None:
+        cid = event.header.correlation_id if isinstance(event, RowEvent) else event.correlation_id
+        stream = self._streams.get(cid)
+        if stream is not None:  # rows of aborted or finished requests are dropped
+            stream.queue.put_nowait(event)
+
+    # ------------------------------------------------------------ requests
+    def _talker_args(self, request: TalkerRequest, cid: str, ref: tuple[int, int]) -> TalkerArgs:
+        s = request.sampling
+        if s.ras_window > MAX_RAS_WINDOW:
+            raise TalkerError(f"ras_window {s.ras_window} exceeds {MAX_RAS_WINDOW}")
+        not_before, at = eoc_bounds(request.max_new_tokens, request.fixed_rows)
+        offset, _ = ref
+        return TalkerArgs(
+            correlation_id=cid,
+            endpoint=self._receiver.endpoint,
+            audio_token_id=self._specials.audio,
+            eos_token_id=self._specials.eos,
+            temperature=s.temperature,
+            top_k=s.top_k,
+            top_p=s.top_p,
+            ras_window=s.ras_window,
+            ras_max_repeat=s.ras_max_repeat,
+            seed=s.seed if s.seed is not None else secrets.randbits(62),
+            eoc_not_before=not_before,
+            eoc_at=at,
+            ref_offset=offset,
+        )
+
+    def submit(self, request: TalkerRequest) -> AsyncIterator[np.ndarray]:
+        from vllm import SamplingParams
+
+        self._loop = asyncio.get_running_loop()
+        if request.request_id in self._by_request:
+            raise TalkerError(f"request {request.request_id!r} is already running")
+        ids, offset, rows = engine_prompt(request, self._specials)
+        cid = f"{self._nonce}-{next(self._counter)}"
+        try:
+            args = self._talker_args(request, cid, (offset, len(rows)))
+            args = TalkerArgs(**{**args.__dict__, "ref_rows": rows})
+        except TalkerArgsError as e:
+            raise TalkerError(str(e)) from e
+        limit = request.fixed_rows if request.fixed_rows is not None else request.max_new_tokens
+        params = SamplingParams(
+            max_tokens=max(limit, 1) + 1,
+            temperature=0.0,
+            stop_token_ids=[self._specials.eos],
+            detokenize=False,
+            extra_args=args.to_extra_args(),
+        )
+        stream = _Stream(request, cid)
+        self._streams[cid] = stream
+        self._by_request[request.request_id] = stream
+        stream.task = asyncio.create_task(self._drive(stream, ids, params))
+        return self._rows(stream)
+
+    async def _drive(self, stream: _Stream, ids: list[int], params: Any) -> None:
+        """Run vLLM's side of the request; report how many steps it counted."""
+        last = None
+        try:
+            async for out in self._engine.generate(
+                {"prompt_token_ids": ids}, params, request_id=stream.request.request_id
+            ):
+                last = out
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            stream.queue.put_nowait(TalkerError(f"engine failed: {e}"))
+            return
+        n = len(last.outputs[0].token_ids) if last is not None and last.outputs else 0
+        stream.queue.put_nowait(_Finished(n))
+
+    async def _rows(self, stream: _Stream) -> AsyncIterator[np.ndarray]:
+        received = 0
+        limit: int | None = None
+        try:
+            while limit is None or received < limit:
+                timeout = ROW_GRACE_S if limit is not None else None
+                try:
+                    item = await asyncio.wait_for(stream.queue.get(), timeout)
+                except TimeoutError as e:
+                    raise TalkerError(f"rows {received}..{limit - 1} never arrived") from e
+                if isinstance(item, RowEvent):
+                    if item.header.index != received:
+                        raise TalkerError(
+                            f"row {received} expected, got {item.header.index} (rows were lost)"
+                        )
+                    received += 1
+                    yield item.row
+                    if item.header.last:
+                        return
+                elif isinstance(item, _Finished):
+                    limit = item.num_tokens
+                elif isinstance(item, FailureEvent):
+                    raise TalkerError(item.reason)
+                elif isinstance(item, _Aborted):
+                    return
+                else:
+                    raise item
+        finally:
+            await self._release(stream)
+
+    async def _release(self, stream: _Stream) -> None:
+        if stream.done:
+            return
+        stream.done = True
+        self._streams.pop(stream.correlation_id, None)
+        if self._by_request.get(stream.request.request_id) is stream:
+            del self._by_request[stream.request.request_id]
+        task = stream.task
+        if task is not None and not task.done():
+            # Consumer left early: stop the engine's work on it too.
+            await self._engine.abort(stream.request.request_id)
+            task.cancel()
+
+    async def abort(self, request_id: str) -> None:
+        stream = self._by_request.get(request_id)
+        if stream is None:
+            return
+        await self._engine.abort(request_id)
+        stream.queue.put_nowait(_Aborted())
+
+    async def close(self) -> None:
+        for stream in list(self._streams.values()):
+            await self.abort(stream.request.request_id)
+        self._engine.shutdown()
+        self._receiver.close()
+
+
+def create_talker_runner(model_dir: str | Path, backend: str = "auto", **opts: Any) -> Any:
+    """A talker runner for ``model_dir``: ``"vllm"``, ``"reference"``, or ``"auto"``.
+
+    ``auto`` takes vLLM when it is importable and a CUDA device is present
+    (on CPU the reference runner is the practical choice), else the reference
+    runner. ``opts`` go to the chosen runner's constructor.
+    """
+    if backend not in ("auto", "vllm", "reference"):
+        raise ValueError(f"unknown talker backend {backend!r}")
+    if backend == "auto":
+        backend = "vllm" if _vllm_usable() else "reference"
+    if backend == "vllm":
+        return VllmTalkerRunner.from_model_dir(model_dir, **opts)
+    import torch
+
+    from realtime_engine.model.loader import load_talker
+    from realtime_engine.talker.reference_runner import ReferenceRunner
+
+    device = torch.device(
+        opts.pop("device", None) or ("cuda" if torch.cuda.is_available() else "cpu")
+    )
+    dtype = opts.pop("dtype", torch.bfloat16 if device.type == "cuda" else torch.float32)
+    loaded = load_talker(model_dir, device=device, dtype=dtype)
+    opts.setdefault("max_positions", loaded.config.max_position_embeddings)
+    return ReferenceRunner(loaded.model, device, **opts)
+
+
+def _vllm_usable() -> bool:
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())

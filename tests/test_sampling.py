@@ -10,8 +10,6 @@ from hypothesis import strategies as st
 from realtime_engine.talker.sampling import (
     BatchSampling,
     RequestNoise,
-    _mul32,
-    counter_noise,
     push_history,
     sample_codes,
     stack_noise,
@@ -222,45 +220,3 @@ def test_push_history_keeps_the_newest() -> None:
     history = torch.tensor([[[1, 2, 3]]])
     out = push_history(history, torch.tensor([[9]]))
     assert out.tolist() == [[[2, 3, 9]]]
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1))
-def test_mul32_is_modular_multiplication(a: int, b: int) -> None:
-    got = _mul32(torch.tensor([a], dtype=torch.int64), b)
-    assert int(got[0]) == (a * b) % 2**32
-
-
-def test_counter_noise_depends_only_on_seed_step_and_cell() -> None:
-    seeds = torch.tensor([5, 2**40 + 5, -3, 5])
-    steps = torch.tensor([0, 0, 9, 1])
-    noise = counter_noise(seeds, steps, num_codebooks=2, vocab=64)
-    assert noise.shape == (4, 2, 2, 64)
-    alone = counter_noise(torch.tensor([-3]), torch.tensor([9]), num_codebooks=2, vocab=64)
-    assert torch.equal(noise[2], alone[0])
-    # other seed (high bits only), other step: other noise
-    assert not torch.equal(noise[0], noise[1])
-    assert not torch.equal(noise[0], noise[3])
-    assert bool(((noise > 0) & (noise < 1)).all())
-
-
-def test_counter_noise_is_uniform_enough_to_sample_with() -> None:
-    noise = counter_noise(torch.arange(8), torch.zeros(8, dtype=torch.int64), 1, 4096).flatten()
-    counts = torch.histc(noise, bins=16, min=0.0, max=1.0)
-    expected = noise.numel() / 16
-    chi2 = float(((counts - expected) ** 2 / expected).sum())
-    assert chi2 < 60  # 15 degrees of freedom: p < 1e-6 above this
-    pairs = torch.corrcoef(torch.stack([noise[:-1], noise[1:]]))[0, 1]
-    assert abs(float(pairs)) < 0.02
-    # drives the multinomial draw like generator noise does
-    draws = 8000
-    probs = [0.5, 0.3, 0.15, 0.05]
-    logits = torch.log(torch.tensor(probs)).view(1, 1, 4).expand(draws, 1, 4)
-    allowed = torch.ones((draws, 1, 4), dtype=torch.bool)
-    steps = torch.zeros(draws, dtype=torch.int64)
-    noise4 = counter_noise(torch.arange(draws), steps, num_codebooks=1, vocab=4)
-    out = sample_codes(
-        logits, allowed, _params(draws, top_k=0, top_p=1.0), noise4, _empty_history(draws, 1)
-    )
-    freq = (torch.bincount(out.codes.flatten(), minlength=4).float() / draws).tolist()
-    _close(freq, probs, draws)

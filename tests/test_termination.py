@@ -188,3 +188,23 @@ def test_batch_equals_scalar(requests: list[tuple[int | None, int, int, int]], r
             assert bool(done[row]) == scalars[i].done
             if scalars[i].done:
                 finished.add(i)
+
+
+def test_invalid_rows_leave_their_slot_untouched() -> None:
+    batch = BatchTermination(3)
+    slots = torch.tensor([2, 0])
+    batch.reset(slots, torch.tensor([0, 0]), torch.tensor([NEVER, NEVER]))
+    reference = TerminationState()
+    sampled = torch.tensor([[EOC] + [BOC] * 7, [EOC] + [BOC] * 7])
+    while not reference.done:
+        # slot 2 is real every step; slot 0 only pads the batch and must not move
+        rows, done = batch.advance(slots, sampled, valid=torch.tensor([True, False]))
+        expected = reference.observe(sampled[0].tolist())
+        assert rows[0].tolist() == expected.tolist()
+        assert bool(done[0]) == reference.done
+        assert not bool(done[1])
+    assert int(batch.step[0]) == 0 and int(batch.eoc_step[0]) == -1
+    assert (
+        batch.modes(torch.tensor([0]))[0].tolist()
+        == [int(CodebookMode.CODE_OR_EOC)] + [int(CodebookMode.BOC_ONLY)] * 7
+    )

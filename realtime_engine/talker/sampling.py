@@ -90,50 +90,6 @@ def stack_noise(sources: Sequence[RequestNoise]) -> torch.Tensor:
     return torch.stack([s.draw() for s in sources])
 
 
-_MASK32 = 0xFFFFFFFF
-
-
-def _mul32(a: torch.Tensor, b: int) -> torch.Tensor:
-    """``a * b mod 2**32`` for uint32 values held in int64, without int64 overflow."""
-    low = a * (b & 0xFFFF)
-    high = ((a * (b >> 16)) & 0xFFFF) << 16
-    return (low + high) & _MASK32
-
-
-def _hash32(x: torch.Tensor) -> torch.Tensor:
-    """A 32-bit integer mixer (lowbias32) on int64 tensors holding uint32 values."""
-    x = x & _MASK32
-    x = x ^ (x >> 16)
-    x = _mul32(x, 0x7FEB352D)
-    x = x ^ (x >> 15)
-    x = _mul32(x, 0x846CA68B)
-    return x ^ (x >> 16)
-
-
-def counter_noise(
-    seeds: torch.Tensor,
-    steps: torch.Tensor,
-    num_codebooks: int = NUM_CODEBOOKS,
-    vocab: int = CODEBOOK_VOCAB,
-) -> torch.Tensor:
-    """Uniform noise ``[B, 2, N, V]`` as a pure function of (seed, step, cell).
-
-    The counter-based alternative to :class:`RequestNoise` for device
-    samplers: no generator objects, no per-row loop, fixed shapes, so it runs
-    inside CUDA graphs. ``seeds`` and ``steps`` are int64 ``[B]`` (seeds are
-    folded to 64 bits; the step is the request's decode step).
-    """
-    cells = NOISE_DRAWS * num_codebooks * vocab
-    index = torch.arange(cells, device=seeds.device, dtype=torch.int64)
-    seed_lo = seeds & _MASK32
-    seed_hi = (seeds >> 32) & _MASK32
-    key = _hash32(_hash32(seed_lo ^ _hash32(seed_hi + 0x9E3779B9)) ^ (steps & _MASK32))
-    bits = _hash32(_hash32(key.unsqueeze(1) ^ index) + key.unsqueeze(1))
-    # 24 random bits, centred in their bucket so the value is never 0 or 1
-    uniform = ((bits >> 8).to(torch.float32) + 0.5) / float(1 << 24)
-    return uniform.view(-1, NOISE_DRAWS, num_codebooks, vocab)
-
-
 def _race(log_weights: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
     """Index of the winner of an exponential race (a multinomial draw).
 

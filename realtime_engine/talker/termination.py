@@ -208,16 +208,24 @@ class BatchTermination:
         return allowed_for_modes(self.modes(slots))
 
     def advance(
-        self, slots: torch.Tensor, sampled: torch.Tensor
+        self, slots: torch.Tensor, sampled: torch.Tensor, valid: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Record one sampled step ``[B, N]``; return ``(rows [B, N], done [B])``."""
-        step = self.step.index_select(0, slots)
-        eoc_step = self.eoc_step.index_select(0, slots)
+        """Record one sampled step ``[B, N]``; return ``(rows [B, N], done [B])``.
+
+        Rows where ``valid`` (bool ``[B]``) is False leave their slot's state
+        untouched and report ``done`` False (padding rows, partial prefills).
+        """
+        old_step = self.step.index_select(0, slots)
+        old_eoc = self.eoc_step.index_select(0, slots)
         rows = apply_forced(sampled.to(torch.int64), self.modes(slots))
-        newly_ended = (eoc_step < 0) & (rows[:, 0] == EOC)
-        eoc_step = torch.where(newly_ended, step, eoc_step)
-        step = step + 1
+        newly_ended = (old_eoc < 0) & (rows[:, 0] == EOC)
+        eoc_step = torch.where(newly_ended, old_step, old_eoc)
+        step = old_step + 1
         done = (eoc_step >= 0) & (step - eoc_step >= self.num_codebooks - 1)
+        if valid is not None:
+            step = torch.where(valid, step, old_step)
+            eoc_step = torch.where(valid, eoc_step, old_eoc)
+            done = done & valid
         self.step.index_copy_(0, slots, step)
         self.eoc_step.index_copy_(0, slots, eoc_step)
         return rows, done

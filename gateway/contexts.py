@@ -103,7 +103,7 @@ def to_engine_request(request_id: str, spec: OpenContext, text: str) -> SegmentR
     )
     return SegmentRequest(
         request_id=request_id,
-        text=text,
+        text=text.strip(),  # segments keep their leading whitespace; engines want words
         voice=cfg.voice,
         sampling=sampling,
         chunking=chunking,

@@ -23,6 +23,7 @@ from gateway.protocol import (
     SessionCreated,
     SessionUpdated,
 )
+from gateway.segmenting import default_segmenter_factory
 from gateway.session import (
     Action,
     CancelContext,
@@ -31,6 +32,7 @@ from gateway.session import (
     EndContext,
     Flush,
     OpenContext,
+    SegmenterFactory,
     Send,
     Session,
     Speak,
@@ -53,12 +55,16 @@ class CountingQuota:
         self.used -= 1
 
 
-def make_session(quota: CountingQuota | None = None, **limits: Any) -> Session:
+def make_session(
+    quota: CountingQuota | None = None,
+    segmenters: SegmenterFactory = sentence_segmenter,
+    **limits: Any,
+) -> Session:
     config = SessionConfig(id="sess_test", model="fake-tone")
     return Session(
         config,
         Limits(**limits),
-        sentence_segmenter,
+        segmenters,
         voice_exists=lambda v: v in {"default", "fake-bright"},
         quota=quota,
     )
@@ -396,16 +402,18 @@ def test_stream_ids_skip_streams_in_use_when_wrapping() -> None:
     assert c.stream == 1  # type: ignore[union-attr]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
-    text=st.text(st.sampled_from(list("abc .!?,\n")), max_size=80),
+    text=st.text(st.sampled_from(list("abc .!?,\n3")), max_size=80),
     cuts=st.lists(st.integers(0, 80), max_size=10),
     manual=st.booleans(),
+    real_segmenter=st.booleans(),
 )
 def test_appended_text_is_spoken_exactly_once_in_order(
-    text: str, cuts: list[int], manual: bool
+    text: str, cuts: list[int], manual: bool, real_segmenter: bool
 ) -> None:
-    session = make_session()
+    factory = default_segmenter_factory if real_segmenter else sentence_segmenter
+    session = make_session(segmenters=factory)
     if manual:
         session.receive_text(
             msg(type="session.update", session={"text_buffering": {"mode": "manual"}}), 0

@@ -419,3 +419,24 @@ def test_unknown_model_is_refused(client: TestClient) -> None:
         assert t.closed() == CLOSE_POLICY
     with connect(client, "/v1/realtime?model=fake-tone") as t:
         t.until("session.created")
+
+
+def test_token_by_token_with_the_default_segmenter(engine: FakeEngine) -> None:
+    from gateway.app import create_app
+    from gateway.settings import GatewaySettings
+
+    text = "Dr. Smith paid $3.14 for 1,000 apples. Then he left, smiling <|emotion:joy|> happily"
+    with TestClient(create_app(GatewaySettings(), engine)) as client, connect(client) as t:
+        t.until("session.created")
+        for token in text.split(" "):
+            t.send(type="text.append", context_id="tok", text=token + " ")
+        first = t.until("segment.started")
+        assert first["text"] == "Dr. Smith paid $3.14 for 1,000 apples."
+        time.sleep(0.4)  # past max_buffer_delay_ms: the rest is spoken without an end
+        t.send(type="ping", event_id="wait")
+        t.until("pong")
+        t.send(type="context.end", context_id="tok")
+        t.until("context.done")
+    spoken = "".join(e["text"] for e in t.events("segment.started"))
+    assert spoken.split() == text.split()
+    assert all(r.text == r.text.strip() for r in engine.log.requests)

@@ -12,6 +12,7 @@ import pytest
 from gateway_support import fake_app, serve
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
+from websockets.typing import Subprotocol
 
 from gateway.protocol import (
     CLOSE_POLICY,
@@ -53,7 +54,10 @@ async def test_fifty_contexts_random_cancels_no_frame_after_cancelled() -> None:
     rng = random.Random(7)
     names = [f"ctx{i}" for i in range(50)]
     to_cancel = set(rng.sample(names, 35))
-    async with serve(app) as url, connect(f"{url}/v1/realtime", subprotocols=[SUBPROTOCOL]) as ws:
+    async with (
+        serve(app) as url,
+        connect(f"{url}/v1/realtime", subprotocols=[Subprotocol(SUBPROTOCOL)]) as ws,
+    ):
         assert ws.subprotocol == SUBPROTOCOL
         await until(ws, "session.created")
         await send(ws, type="session.update", session=pcm)

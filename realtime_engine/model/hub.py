@@ -60,8 +60,11 @@ def tiny_checkpoint_dir(seed: int = 0, root: Path | None = None) -> Path:
     return target
 
 
-def resolve_model(model: str | Path) -> Path:
-    """Local directory of ``model``: ``tiny``/``tiny-seedN``, a directory or a cached HF id."""
+def resolve_model(model: str | Path, *, hf_cache_dir: str | Path | None = None) -> Path:
+    """Local directory of ``model``: ``tiny``/``tiny-seedN``, a directory or a cached HF id.
+
+    ``hf_cache_dir`` overrides the Hugging Face cache location (default: HF's own).
+    """
     text = str(model)
     match = TINY_PATTERN.match(text)
     if match:
@@ -77,7 +80,7 @@ def resolve_model(model: str | Path) -> Path:
     from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 
     try:
-        return Path(snapshot_download(repo_id=text, local_files_only=True))
+        return Path(snapshot_download(repo_id=text, local_files_only=True, cache_dir=hf_cache_dir))
     except (LocalEntryNotFoundError, HFValidationError, FileNotFoundError) as e:
         raise ModelNotFoundError(
             f"model {text!r} is not a local directory and is not in the local Hugging Face "

@@ -1,0 +1,34 @@
+"""Codec: RVQ + DAC decoder, strict loaders and the streaming decoder."""
+
+from realtime_engine.codec.decoder import CodecDecoder, extract_codec_state, load_codec_decoder
+from realtime_engine.codec.errors import CodecInputError, InvalidChunkingError, StreamStateError
+from realtime_engine.codec.layout import CODEC_PREFIX, CodecDims, random_codec_state_dict
+from realtime_engine.codec.presets import PRESETS, first_chunk_rows, get_preset, is_exact
+from realtime_engine.codec.streaming import (
+    DecodeJob,
+    StreamingDecoder,
+    decode_jobs_batched,
+    rows_to_frames,
+    run_jobs,
+)
+
+__all__ = [
+    "CODEC_PREFIX",
+    "PRESETS",
+    "CodecDecoder",
+    "CodecDims",
+    "CodecInputError",
+    "DecodeJob",
+    "InvalidChunkingError",
+    "StreamStateError",
+    "StreamingDecoder",
+    "decode_jobs_batched",
+    "extract_codec_state",
+    "first_chunk_rows",
+    "get_preset",
+    "is_exact",
+    "load_codec_decoder",
+    "random_codec_state_dict",
+    "rows_to_frames",
+    "run_jobs",
+]

@@ -12,6 +12,7 @@ strict loader can tell "known but unused" from "unknown".
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, replace
 
 import torch
@@ -113,9 +114,11 @@ class CodecDims:
             return sd[key]
 
         embed = get("quantizer.quantizers.0.codebook.embed")
-        num_q = 0
-        while f"quantizer.quantizers.{num_q}.codebook.embed" in sd:
-            num_q += 1
+        # Highest quantizer index named by any key: a quantizer with some
+        # tensors missing is then reported as missing, not silently dropped.
+        num_q = 1 + max(
+            int(m[1]) for k in sd if (m := re.match(r"quantizer\.quantizers\.(\d+)\.", k))
+        )
         project_out = get("quantizer.quantizers.0.project_out.weight")
         fc2 = get("fc2.weight")
         conv1 = get("acoustic_decoder.conv1.weight")
@@ -273,6 +276,8 @@ def _random_tensor(key: str, shape: Shape, g: torch.Generator) -> torch.Tensor:
         gain = 1.0
         if ".res_unit" in key and key.endswith("conv2.weight"):
             gain = 0.5  # residual branches: keep the sum from growing per unit
+        if key == "acoustic_decoder.conv2.weight":
+            gain = 0.01  # waveform out: roughly +-1 rather than +-100
         return torch.randn(shape, generator=g) * (gain / math.sqrt(fan_in))
     return torch.randn(shape, generator=g)
 

@@ -1,0 +1,143 @@
+"""Codes -> 24 kHz waveform, and the strict loader for the bundled codec.
+
+decode: codes [B, Q, T] -> sum_q project_out_q(embed_q[codes_q]) -> fc2 ->
+DAC decoder -> [B, 1, hop * T]. Always float32: transposed convolutions are
+not stable in half precision.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from realtime_engine.codec.dac import DacDecoder
+from realtime_engine.codec.errors import CodecInputError
+from realtime_engine.codec.layout import (
+    CODEC_PREFIX,
+    CodecDims,
+    decoder_key_shapes,
+    is_unused_key,
+)
+from realtime_engine.codec.rvq import ResidualVQ
+from realtime_engine.errors import (
+    CheckpointError,
+    MissingKeyError,
+    ShapeMismatchError,
+    UnexpectedKeyError,
+)
+
+NUM_QUANTIZERS = 8
+
+
+class CodecDecoder(nn.Module):
+    """RVQ decode + fc2 + DAC decoder; parameter names are the bundled ones."""
+
+    def __init__(self, dims: CodecDims) -> None:
+        super().__init__()
+        self.dims = dims
+        self.quantizer = ResidualVQ(dims)
+        self.fc2 = nn.Linear(dims.latent_dim, dims.acoustic_dim)
+        self.acoustic_decoder = DacDecoder(dims)
+
+    @property
+    def hop(self) -> int:
+        return self.dims.hop
+
+    @property
+    def sample_rate(self) -> int:
+        return self.dims.sample_rate
+
+    def check_codes(self, codes: torch.Tensor) -> None:
+        if codes.ndim != 3 or codes.shape[1] != self.dims.num_quantizers:
+            raise CodecInputError(
+                f"codes must be [B, {self.dims.num_quantizers}, T]; got {tuple(codes.shape)}"
+            )
+        if codes.dtype not in (torch.int64, torch.int32):
+            raise CodecInputError(f"codes must be integers; got {codes.dtype}")
+        if codes.numel() and (int(codes.min()) < 0 or int(codes.max()) >= self.dims.codebook_size):
+            raise CodecInputError(
+                f"codes out of range [0, {self.dims.codebook_size - 1}]: "
+                f"min {int(codes.min())}, max {int(codes.max())} "
+                "(replace BOC/EOC by 0 before decoding)"
+            )
+
+    def forward(self, codes: torch.Tensor) -> torch.Tensor:
+        return self.decode(codes)
+
+    @torch.inference_mode()
+    def decode(self, codes: torch.Tensor) -> torch.Tensor:
+        """codes [B, Q, T] (int) -> pcm [B, 1, hop * T] float32."""
+        self.check_codes(codes)
+        device = self.fc2.weight.device
+        latent = self.quantizer.decode(codes.to(device=device, dtype=torch.int64))
+        acoustic = self.fc2(latent).transpose(1, 2)  # [B, acoustic, T]
+        return self.acoustic_decoder(acoustic).float()
+
+    def decode_numpy(self, codes: np.ndarray) -> np.ndarray:
+        """numpy convenience for the streaming decoder: [B, Q, T] -> [B, hop*T]."""
+        pcm = self.decode(torch.from_numpy(np.ascontiguousarray(codes, dtype=np.int64)))
+        return pcm[:, 0].cpu().numpy()
+
+
+def extract_codec_state(talker_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The codec tensors of a talker checkpoint, with ``CODEC_PREFIX`` removed."""
+    return {
+        key[len(CODEC_PREFIX) :]: value
+        for key, value in talker_state.items()
+        if key.startswith(CODEC_PREFIX)
+    }
+
+
+def validate_codec_state(
+    state_dict: dict[str, torch.Tensor], num_quantizers: int = NUM_QUANTIZERS
+) -> CodecDims:
+    """Check every decoder tensor's presence and shape; reject unknown keys.
+
+    Encoder-side tensors and quantizer training buffers are accepted and
+    ignored; the codebook is ``codebook.embed`` only (``embed_avg`` is an EMA
+    accumulator, never the codebook).
+    """
+    dims = CodecDims.from_state_dict(state_dict)
+    if dims.num_quantizers != num_quantizers:
+        key = f"quantizer.quantizers.{min(dims.num_quantizers, num_quantizers)}.codebook.embed"
+        raise ShapeMismatchError(
+            f"codec has {dims.num_quantizers} quantizers; expected {num_quantizers}", key=key
+        )
+    expected = decoder_key_shapes(dims)
+    for key, shape in expected.items():
+        if key not in state_dict:
+            raise MissingKeyError(f"codec tensor {key!r} is missing", key=key)
+        got = tuple(state_dict[key].shape)
+        if got != shape:
+            raise ShapeMismatchError(
+                f"codec tensor {key!r} has shape {list(got)}; expected {list(shape)}", key=key
+            )
+    for key in state_dict:
+        if key not in expected and not is_unused_key(key, dims.num_quantizers):
+            raise UnexpectedKeyError(f"unknown codec tensor {key!r}", key=key)
+    return dims
+
+
+def load_codec_decoder(
+    state_dict: dict[str, torch.Tensor],
+    device: str | torch.device = "cpu",
+    num_quantizers: int = NUM_QUANTIZERS,
+) -> CodecDecoder:
+    """Build the decoder from bundled-layout tensors (keys relative to
+    ``CODEC_PREFIX``), strictly: missing, misshapen or unknown tensors raise
+    typed ``CheckpointError``s that name the key."""
+    dims = validate_codec_state(state_dict, num_quantizers)
+    expected = decoder_key_shapes(dims)
+    module = CodecDecoder(dims)
+    tensors: dict[str, torch.Tensor] = {}
+    for key in expected:
+        value = state_dict[key]
+        if not value.is_floating_point():
+            raise CheckpointError(f"codec tensor {key!r} is {value.dtype}, not float", key=key)
+        value = value.detach().to(torch.float32)
+        if not bool(torch.isfinite(value).all()):
+            raise CheckpointError(f"codec tensor {key!r} has non-finite values", key=key)
+        tensors[key] = value
+    module.load_state_dict(tensors, strict=True)
+    return module.to(device).eval()

@@ -293,9 +293,10 @@ async def _serve_session(
             if not task.cancelled() and task.exception() is not None:
                 await _close_quietly(ws, CLOSE_SERVER_ERROR, "internal error")
     finally:
-        await pipeline.aclose()
+        # Bookkeeping first: it must happen even if this task is being cancelled.
         state.admission.close_session(key_id)
         state.metrics.sessions_active.dec()
+        await pipeline.aclose()
 
 
 async def _read(ws: WebSocket, pipeline: SessionPipeline) -> None:

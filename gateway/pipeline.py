@@ -90,18 +90,25 @@ class SessionPipeline:
         self._ticker = asyncio.create_task(self._tick_loop(), name=f"ticker-{self.session_id}")
 
     async def aclose(self) -> None:
-        """The connection is gone: abort every engine request, stop every task."""
+        """The connection is gone: abort every engine request, stop every task.
+
+        Safe under cancellation: if an abort is interrupted, the tasks are
+        still cancelled and the bookkeeping already done.
+        """
         self.closing = True
-        if self._ticker is not None:
-            self._ticker.cancel()
-        for worker in list(self.workers.values()):
-            await self._stop_worker(worker, "cancelled")
-        for task in list(self._tasks):
-            task.cancel()
-        pending = [t for t in (self._ticker, *self._tasks) if t is not None]
-        pending += [w.task for w in self.workers.values() if w.task is not None]
+        workers = list(self.workers.values())
+        try:
+            for worker in workers:
+                await self._stop_worker(worker, "cancelled")
+        finally:
+            pending: list[asyncio.Task[None]] = [*self._tasks]
+            if self._ticker is not None:
+                pending.append(self._ticker)
+            pending += [w.task for w in workers if w.task is not None]
+            for task in pending:
+                task.cancel()
+            self.outbound.drain()
         await asyncio.gather(*pending, return_exceptions=True)
-        self.outbound.drain()
 
     # ------------------------------------------------------------------ socket side
 
@@ -178,16 +185,18 @@ class SessionPipeline:
         # from here on), then the engine abort (while the request still runs),
         # then the task.
         worker.cancelled = True
-        if worker.current_request is not None:
-            await self.state.engine.abort(worker.current_request)
-        if worker.task is not None:
-            worker.task.cancel()
         if not worker.finished:
             worker.finished = True
             self.workers.pop(worker.key, None)
             self.state.metrics.contexts_active.dec()
             self.state.metrics.contexts_total.labels(status=status).inc()
             self.session.context_closed(worker.key, "cancelled")
+        try:
+            if worker.current_request is not None:
+                await self.state.engine.abort(worker.current_request)
+        finally:
+            if worker.task is not None:
+                worker.task.cancel()
 
     # ------------------------------------------------------------------ background work
 

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from gateway.http_errors import ApiError, bad_request
 from gateway.protocol import ErrorCode, Sampling
-from gateway.voices import MAX_TRANSCRIPT_CHARS, ReferenceAudioError, reference_bytes
+from gateway.voices import MAX_TRANSCRIPT_CHARS, reference_bytes
 
 ResponseFormat = Literal["wav", "pcm", "opus", "flac", "mp3", "aac"]
 RESPONSE_FORMATS: Final = ("wav", "pcm", "opus", "flac", "mp3", "aac")
@@ -162,8 +162,14 @@ def parse_speech_request(
     has_voice: Callable[[str], bool],
     model_names: frozenset[str],
     max_input_chars: int,
+    check_clip: Callable[[bytes, str], object] | None = None,
 ) -> SpeechParams:
-    """Validate a decoded JSON body; raise ``ApiError`` naming the first bad field."""
+    """Validate a decoded JSON body; raise ``ApiError`` naming the first bad field.
+
+    ``check_clip(audio, param)`` decodes a reference clip in its place in the
+    order (it raises ``ValueError`` for a bad clip); it blocks, so callers with
+    a reference clip run this whole function on a worker thread.
+    """
     if not isinstance(body, dict):
         raise bad_request("the request body must be a JSON object", None, ErrorCode.INVALID_JSON)
     text = _check_input(body, max_input_chars)
@@ -175,8 +181,10 @@ def parse_speech_request(
     if ref_source is not None:
         try:
             ref_audio = reference_bytes(ref_source, ref_param)
-        except ReferenceAudioError as e:
-            raise bad_request(str(e), e.param, ErrorCode.VOICE_INVALID) from e
+            if check_clip is not None:
+                check_clip(ref_audio, ref_param)
+        except ValueError as e:
+            raise bad_request(str(e), ref_param, ErrorCode.VOICE_INVALID) from e
 
     response_format = body.get("response_format", "mp3")
     if response_format not in RESPONSE_FORMATS:

@@ -190,3 +190,5 @@ def test_clone_prompt_embeds_reference_rows(tiny_checkpoint: Path) -> None:
     assert len(positions) == 9
     for row, position in zip(rows, positions, strict=True):
         assert torch.equal(embeds[position], loaded.model.embed_audio_rows(row))
+    with torch.no_grad():
+        assert torch.equal(loaded.model.embed_talker_prompt(prompt), embeds)

@@ -23,6 +23,7 @@ from realtime_engine.model.audio_head import audio_logits, fused_audio_embedding
 from realtime_engine.model.config import HiggsTalkerConfig
 from realtime_engine.model.prompts import PromptError
 from realtime_engine.model.qwen3 import KVCache, Qwen3Body
+from realtime_engine.talker.types import TalkerPrompt
 
 
 class HiggsTalker(nn.Module):
@@ -108,6 +109,14 @@ class HiggsTalker(nn.Module):
         if ref_rows is not None and count:
             embeds[placeholders] = self.embed_audio_rows(ref_rows).to(embeds.dtype)
         return embeds
+
+    def embed_talker_prompt(self, prompt: TalkerPrompt) -> torch.Tensor:
+        """:meth:`embed_prompt` for a :class:`TalkerPrompt` (numpy reference rows)."""
+        ids = torch.tensor(prompt.token_ids, dtype=torch.long)
+        rows = (
+            None if prompt.ref_rows is None else torch.as_tensor(prompt.ref_rows, dtype=torch.long)
+        )
+        return self.embed_prompt(ids, rows)
 
     def forward_embeds(self, embeds: torch.Tensor, caches: Sequence[KVCache]) -> torch.Tensor:
         """Hidden states ``[B, S, D]`` (after the final norm) for input embeddings ``[B, S, D]``.

@@ -1,0 +1,152 @@
+"""``speech-gateway serve``: pick an engine, load and warm it, serve on uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+import uvicorn
+
+from gateway.app import create_app
+from gateway.protocol import Limits
+from gateway.settings import GatewaySettings
+from realtime_engine.engines.base import EngineError, SpeechEngine
+
+ENGINES = ("auto", "higgs", "cpu-voice", "fake")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="speech-gateway", description="Realtime streaming speech gateway"
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the gateway")
+    serve.add_argument(
+        "--model",
+        help="Higgs Audio v3 checkpoint: a directory, a Hugging Face id (from the local cache) "
+        "or 'tiny'; without it the embedded CPU voice speaks",
+    )
+    serve.add_argument("--engine", choices=ENGINES, default="auto")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    serve.add_argument(
+        "--api-key",
+        action="append",
+        default=None,
+        dest="api_keys",
+        help="require this key (repeat for several); also SPEECH_GATEWAY_API_KEYS",
+    )
+    serve.add_argument("--device", help="torch device for the Higgs engine (cuda, cuda:1, cpu)")
+    serve.add_argument("--max-sessions", type=int, help="concurrent WebSocket sessions")
+    serve.add_argument("--max-contexts", type=int, help="open contexts per session")
+    serve.add_argument("--idle-timeout", type=float, help="seconds before an idle session closes")
+    serve.add_argument("--log-level", default="info")
+    return parser
+
+
+def resolve_engine_kind(engine: str, model: str | None) -> str:
+    if engine == "auto":
+        return "higgs" if model else "cpu-voice"
+    if engine == "higgs" and not model:
+        raise SystemExit("--engine higgs needs --model (a checkpoint directory, HF id or 'tiny')")
+    return engine
+
+
+def build_engine(kind: str, model: str | None, device: str | None) -> SpeechEngine:
+    if kind == "fake":
+        from realtime_engine.engines.fake import FakeEngine
+
+        return FakeEngine()
+    if kind == "cpu-voice":
+        from realtime_engine.engines.cpu_voice import CpuVoiceEngine
+
+        return CpuVoiceEngine()
+    from realtime_engine.engines.higgs import HiggsEngine
+
+    engine: SpeechEngine = HiggsEngine.from_pretrained(model or "tiny", device)
+    return engine
+
+
+def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
+    limits = Limits()
+    if args.max_sessions is not None:
+        limits.max_sessions = args.max_sessions
+    if args.max_contexts is not None:
+        limits.max_contexts = args.max_contexts
+    if args.idle_timeout is not None:
+        limits.idle_timeout_s = args.idle_timeout
+    return GatewaySettings.from_env(
+        host=args.host,
+        port=args.port,
+        api_keys=tuple(args.api_keys) if args.api_keys else None,
+        limits=limits,
+    )
+
+
+def _say(message: str) -> None:
+    print(f"speech-gateway: {message}", flush=True)
+
+
+async def serve(
+    settings: GatewaySettings,
+    engine: SpeechEngine,
+    log_level: str = "info",
+    say: Callable[[str], None] = _say,
+) -> bool:
+    """Serve until interrupted; False when the server never started (engine failed)."""
+    app = create_app(settings, engine)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        lifespan="on",
+        log_level=log_level,
+        # Messages up to twice the limit reach the session (an error, then 1009
+        # on the second); beyond that the transport closes with 1009 at once.
+        ws_max_size=2 * settings.limits.max_message_bytes,
+        ws_ping_interval=settings.ws_ping_interval_s,
+        ws_ping_timeout=settings.ws_ping_timeout_s,
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    say(f"warming up the {engine.name} engine ({engine.model_id})")
+    started = time.perf_counter()
+    while not server.started and not task.done():
+        await asyncio.sleep(0.05)
+    if server.started:
+        port = server.servers[0].sockets[0].getsockname()[1]
+        host = "127.0.0.1" if settings.host in ("0.0.0.0", "") else settings.host
+        say(f"ready in {time.perf_counter() - started:.1f}s")
+        say(f"open http://{host}:{port}/  (WebSocket ws://{host}:{port}/v1/realtime)")
+    await task
+    return server.started
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    settings = settings_from_args(args)
+    kind = resolve_engine_kind(args.engine, args.model)
+    _say(f"loading the {kind} engine" + (f" from {args.model}" if args.model else ""))
+    loading = time.perf_counter()
+    try:
+        engine = build_engine(kind, args.model, args.device)
+    except EngineError as e:
+        print(f"speech-gateway: error: {e}", file=sys.stderr)
+        return 2
+    _say(f"loaded in {time.perf_counter() - loading:.1f}s")
+    try:
+        started = asyncio.run(serve(settings, engine, args.log_level))
+    except KeyboardInterrupt:
+        _say("stopped")
+        return 0  # Ctrl-C after a graceful shutdown is a clean exit
+    if not started:
+        print("speech-gateway: error: the server did not start", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""``speech-gateway serve``: argument handling and a real process serving a session."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+from websockets.asyncio.client import connect
+
+from gateway.cli import build_parser, resolve_engine_kind, settings_from_args
+
+
+@pytest.mark.parametrize(
+    ("engine", "model", "kind"),
+    [
+        ("auto", None, "cpu-voice"),
+        ("auto", "tiny", "higgs"),
+        ("auto", "/models/higgs", "higgs"),
+        ("fake", None, "fake"),
+        ("cpu-voice", "ignored", "cpu-voice"),
+        ("higgs", "tiny", "higgs"),
+    ],
+)
+def test_engine_choice(engine: str, model: str | None, kind: str) -> None:
+    assert resolve_engine_kind(engine, model) == kind
+
+
+def test_higgs_without_a_model_is_refused() -> None:
+    with pytest.raises(SystemExit):
+        resolve_engine_kind("higgs", None)
+
+
+def test_flags_become_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPEECH_GATEWAY_API_KEYS", "env-key")
+    args = build_parser().parse_args(
+        ["serve", "--port", "0", "--host", "0.0.0.0", "--max-sessions", "5", "--idle-timeout", "9"]
+    )
+    settings = settings_from_args(args)
+    assert (settings.host, settings.port) == ("0.0.0.0", 0)
+    assert settings.limits.max_sessions == 5 and settings.limits.idle_timeout_s == 9
+    assert settings.api_keys == ("env-key",)
+    args = build_parser().parse_args(["serve", "--api-key", "a", "--api-key", "b"])
+    assert settings_from_args(args).api_keys == ("a", "b")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--engine", "nope"])
+
+
+async def test_serve_process_prints_its_url_and_speaks() -> None:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("SPEECH_GATEWAY_API_KEYS", None)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gateway.cli",
+            "serve",
+            "--engine",
+            "fake",
+            "--port",
+            "0",
+            "--log-level",
+            "warning",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    assert proc.stdout is not None
+    lines: list[str] = []
+    try:
+        url = None
+        while url is None:
+            line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 60)
+            assert line, "".join(lines)
+            lines.append(line)
+            if match := re.search(r"open (http://\S+)/ ", line):
+                url = match.group(1)
+        assert any("loading the fake engine" in line for line in lines)
+        assert any("ready in" in line for line in lines)
+        async with connect(url.replace("http", "ws") + "/v1/realtime") as ws:
+            created = json.loads(await ws.recv())
+            assert created["type"] == "session.created"
+            await ws.send(json.dumps({"type": "text.append", "context_id": "c", "text": "Hi."}))
+            await ws.send(json.dumps({"type": "context.end", "context_id": "c"}))
+            while True:
+                message = await asyncio.wait_for(ws.recv(), 10)
+                if isinstance(message, str) and json.loads(message)["type"] == "context.done":
+                    break
+    finally:
+        proc.send_signal(signal.SIGINT)
+        code = await asyncio.to_thread(proc.wait, 20)
+    assert code == 0

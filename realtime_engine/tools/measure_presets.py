@@ -1,0 +1,227 @@
+"""Measure the streaming-codec presets: edge error, first-audio cost, decode time.
+
+For each preset, random code streams are decoded chunk by chunk with the
+StreamingDecoder and compared with a whole-utterance decode of the same
+frames (max abs error and error relative to the utterance peak). The
+first-audio cost is the number of talker rows needed before the first chunk
+(7 delay rows + first_chunk_frames + holdback), also in ms at a given row
+rate. Decode time per chunk is measured on this machine for the first and
+steady-state window lengths.
+
+    python -m realtime_engine.tools.measure_presets --dims tiny --streams 40
+    python -m realtime_engine.tools.measure_presets --dims real --streams 3 --timing
+
+Random weights and uniformly random codes are a harsh case: real speech codes
+are correlated frame to frame, so edge errors on real audio are expected to
+be smaller. The exact presets are exact regardless of weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+from safetensors.torch import load_file
+
+from realtime_engine.codec.decoder import CodecDecoder, extract_codec_state, load_codec_decoder
+from realtime_engine.codec.layout import CODEC_PREFIX, CodecDims, random_codec_state_dict
+from realtime_engine.codec.presets import DELAY_ROWS, PRESETS, first_chunk_rows
+from realtime_engine.codec.streaming import StreamingDecoder, rows_to_frames
+from realtime_engine.engines.base import ChunkingParams
+from realtime_engine.talker.delay import apply_delay
+
+FRAME_MS = 40.0
+
+
+@dataclass
+class EdgeError:
+    preset: str
+    max_abs: float  # worst over streams
+    max_rel_peak: float  # worst over streams, relative to each stream's peak
+    median_rel_peak: float
+    worst_snr_db: float  # whole-decode power over error power, worst stream
+
+
+@dataclass
+class FirstAudio:
+    preset: str
+    rows: int
+    ms_at_25_rows_per_s: float
+    ms_at_step: float
+
+
+@dataclass
+class DecodeTime:
+    preset: str
+    first_window_frames: int
+    first_window_ms: float
+    steady_window_frames: int
+    steady_window_ms: float
+    steady_chunk_audio_ms: float
+
+
+def random_rows(frames: int, rng: np.random.Generator) -> np.ndarray:
+    return apply_delay(rng.integers(0, 1024, size=(frames, 8)))
+
+
+def edge_error(
+    codec: CodecDecoder, name: str, params: ChunkingParams, streams: int, frames: int, seed: int
+) -> EdgeError:
+    rng = np.random.default_rng(seed)
+    abs_errors, rel_errors, snrs = [], [], []
+    for _ in range(streams):
+        rows = random_rows(frames, rng)
+        decoder = StreamingDecoder(codec.decode_numpy, params)
+        chunks = [c for row in rows for c in decoder.feed(row)] + decoder.finish()
+        streamed = np.concatenate(chunks)
+        whole = codec.decode_numpy(rows_to_frames(rows)[None])[0]
+        err = float(np.abs(streamed - whole).max())
+        abs_errors.append(err)
+        rel_errors.append(err / float(np.abs(whole).max()))
+        noise = float(np.mean((streamed - whole) ** 2))
+        snrs.append(10 * np.log10(float(np.mean(whole**2)) / max(noise, 1e-30)))
+    return EdgeError(
+        name, max(abs_errors), max(rel_errors), statistics.median(rel_errors), min(snrs)
+    )
+
+
+def holdback_sweep(
+    codec: CodecDecoder, holdbacks: list[int], streams: int, frames: int, seed: int
+) -> list[EdgeError]:
+    return [
+        edge_error(codec, f"H={h}", ChunkingParams(1, 10, 10, h), streams, frames, seed)
+        for h in holdbacks
+    ]
+
+
+def first_audio(name: str, params: ChunkingParams, step_ms: float) -> FirstAudio:
+    rows = first_chunk_rows(params)
+    return FirstAudio(name, rows, rows * FRAME_MS, rows * step_ms)
+
+
+def time_window(codec: CodecDecoder, frames: int, repeats: int) -> float:
+    codes = np.random.default_rng(0).integers(0, 1024, size=(1, 8, frames))
+    codec.decode_numpy(codes)  # warm-up
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        codec.decode_numpy(codes)
+        samples.append((time.perf_counter() - start) * 1000)
+    return statistics.median(samples)
+
+
+def decode_time(codec: CodecDecoder, name: str, params: ChunkingParams, repeats: int) -> DecodeTime:
+    first = params.first_chunk_frames + params.right_holdback_frames
+    steady = params.left_context_frames + params.chunk_frames + params.right_holdback_frames
+    return DecodeTime(
+        name,
+        first,
+        time_window(codec, first, repeats),
+        steady,
+        time_window(codec, steady, repeats),
+        params.chunk_frames * FRAME_MS,
+    )
+
+
+def markdown(results: dict[str, object]) -> str:
+    lines = [f"codec: {results['dims']}, {results['streams']} streams x {results['frames']} frames"]
+    lines += [
+        "",
+        "| preset | max abs error | max error / peak | median error / peak | worst SNR (dB) |",
+    ]
+    lines += ["|---|---|---|---|---|"]
+    for e in results["edge_error"] + results.get("holdback_sweep", []):  # type: ignore[operator]
+        lines.append(
+            f"| {e['preset']} | {e['max_abs']:.2e} | {e['max_rel_peak']:.2e} "
+            f"| {e['median_rel_peak']:.2e} | {e['worst_snr_db']:.1f} |"
+        )
+    step = results["step_ms"]
+    lines += ["", f"| preset | rows before first chunk | ms at 25 rows/s | ms at {step} ms/step |"]
+    lines += ["|---|---|---|---|"]
+    for f in results["first_audio"]:  # type: ignore[attr-defined]
+        lines.append(
+            f"| {f['preset']} | {f['rows']} | {f['ms_at_25_rows_per_s']:.0f} "
+            f"| {f['ms_at_step']:.1f} |"
+        )
+    if results.get("decode_time"):
+        lines += ["", f"decode time ({results['machine']}, {results['threads']} threads):", ""]
+        lines += ["| preset | first window | ms | steady window | ms | audio per chunk (ms) |"]
+        lines += ["|---|---|---|---|---|---|"]
+        for d in results["decode_time"]:  # type: ignore[attr-defined]
+            lines.append(
+                f"| {d['preset']} | {d['first_window_frames']} | {d['first_window_ms']:.0f} "
+                f"| {d['steady_window_frames']} | {d['steady_window_ms']:.0f} "
+                f"| {d['steady_chunk_audio_ms']:.0f} |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dims", choices=["tiny", "real"], default="tiny")
+    parser.add_argument("--streams", type=int, default=20)
+    parser.add_argument("--frames", type=int, default=60)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--step-ms", type=float, default=3.5, help="talker ms per decode step")
+    parser.add_argument("--sweep", action="store_true", help="also sweep holdback 0..10")
+    parser.add_argument("--timing", action="store_true", help="time decode per chunk")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--sweep-streams", type=int, default=5)
+    parser.add_argument(
+        "--checkpoint",
+        help="safetensors file with real codec weights (bundled or talker layout) "
+        "instead of random ones",
+    )
+    parser.add_argument("--json", help="write the results here")
+    args = parser.parse_args(argv)
+
+    torch.set_num_threads(args.threads)
+    dims = CodecDims.tiny() if args.dims == "tiny" else CodecDims.higgs_v3()
+    if args.checkpoint:
+        state = load_file(args.checkpoint)
+        if any(k.startswith(CODEC_PREFIX) for k in state):
+            state = extract_codec_state(state)
+    else:
+        generator = torch.Generator().manual_seed(args.seed)
+        state = random_codec_state_dict(dims, generator, include_encoder=False)
+    codec = load_codec_decoder(state, device=args.device)
+
+    results: dict[str, object] = {
+        "dims": args.checkpoint or args.dims,
+        "streams": args.streams,
+        "frames": args.frames,
+        "step_ms": args.step_ms,
+        "delay_rows": DELAY_ROWS,
+        "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+        "threads": args.threads,
+    }
+    results["edge_error"] = [
+        asdict(edge_error(codec, n, p, args.streams, args.frames, args.seed))
+        for n, p in PRESETS.items()
+    ]
+    if args.sweep:
+        results["holdback_sweep"] = [
+            asdict(e)
+            for e in holdback_sweep(codec, list(range(11)), args.streams, args.frames, args.seed)
+        ]
+    results["first_audio"] = [asdict(first_audio(n, p, args.step_ms)) for n, p in PRESETS.items()]
+    if args.timing:
+        results["decode_time"] = [
+            asdict(decode_time(codec, n, p, args.repeats)) for n, p in PRESETS.items()
+        ]
+    print(markdown(results))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -369,6 +369,8 @@ class Session:
         ctx = self._active(event.context_id)
         if ctx is None:
             return self._not_active(event)
+        if ctx.state == "ending":
+            return [self._error(ErrorCode.CONTEXT_ENDED, event, "context.end was already sent")]
         ctx.flushes += 1
         flush_id = event.flush_id or f"flush_{ctx.flushes}"
         return [*self._drain_text(ctx, now), Flush(ctx.key, flush_id, event.event_id)]

@@ -250,6 +250,10 @@ def test_end_then_append_or_end_again_is_an_error() -> None:
         only_error(session.receive_text(msg(type="context.end", context_id="c"), 0)).error.code
         == "context_ended"
     )
+    assert (
+        only_error(session.receive_text(msg(type="text.flush", context_id="c"), 0)).error.code
+        == "context_ended"
+    )
 
 
 def test_finished_context_ids_are_not_reused() -> None:

@@ -1,0 +1,106 @@
+"""Pipeline behaviour seen through the socket: look-ahead cap, budgets, failures."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import numpy as np
+from gateway_support import fake_app
+from starlette.testclient import TestClient
+
+from gateway.protocol import unpack_audio_frame
+from realtime_engine.engines.base import SegmentRequest
+from realtime_engine.engines.fake import FakeEngine
+
+
+def read_until(ws: Any, type_: str, frames: list[bytes]) -> dict[str, Any]:
+    while True:
+        message = ws.receive()
+        if message.get("bytes") is not None:
+            frames.append(message["bytes"])
+            continue
+        event: dict[str, Any] = json.loads(message["text"])
+        if event["type"] == type_:
+            return event
+        assert event["type"] != "error", event
+
+
+def test_generation_runs_at_most_max_lead_ahead_of_playback() -> None:
+    engine = FakeEngine(chunk_samples=960)  # as fast as possible: only the cap slows it
+    app = fake_app(engine, limits={"max_lead_s": 0.3})
+    text = "A long unbroken stretch of words that makes five seconds of tone" + "x" * 36
+    frames: list[bytes] = []
+    with TestClient(app) as client, client.websocket_connect("/v1/realtime") as ws:
+        read_until(ws, "session.created", frames)
+        ws.send_text(json.dumps({"type": "text.append", "context_id": "c", "text": text}))
+        read_until(ws, "segment.started", frames)
+        first_audio = time.perf_counter()
+        time.sleep(0.4)
+        ws.send_text(json.dumps({"type": "context.cancel", "context_id": "c"}))
+        cancelled = read_until(ws, "context.cancelled", frames)
+        elapsed = time.perf_counter() - first_audio
+    assert len(text) * 0.05 == 5.0
+    sent_s = cancelled["audio_ms_sent"] / 1000
+    assert sent_s <= elapsed + 0.3 + 0.1  # playback time + lead + one chunk
+    assert sent_s >= 0.3  # it did run ahead, up to the cap
+    assert engine.log.aborted and engine.log.stopped == engine.log.aborted
+
+
+def test_max_audio_seconds_cuts_a_runaway_segment() -> None:
+    engine = FakeEngine(chunk_samples=960)
+    frames: list[bytes] = []
+    with TestClient(fake_app(engine)) as client, client.websocket_connect("/v1/realtime") as ws:
+        read_until(ws, "session.created", frames)
+        ws.send_text(
+            json.dumps(
+                {
+                    "type": "session.update",
+                    "session": {"max_audio_seconds": 0.5, "output": {"format": "pcm16"}},
+                }
+            )
+        )
+        read_until(ws, "session.updated", frames)
+        ws.send_text(json.dumps({"type": "text.append", "context_id": "r", "text": "y" * 60}))
+        ws.send_text(json.dumps({"type": "context.end", "context_id": "r"}))
+        seg_done = read_until(ws, "segment.done", frames)
+        done = read_until(ws, "context.done", frames)
+    assert seg_done["end_ms"] == 500 and done["audio_ms"] == 500
+    samples = sum(len(unpack_audio_frame(f).payload) // 2 for f in frames)
+    assert samples == 12000
+    assert engine.log.requests[0].max_new_tokens == 13  # 0.5 s of 25 Hz codec frames
+    assert engine.log.aborted == [engine.log.requests[0].request_id]
+
+
+class BrokenEngine(FakeEngine):
+    """Fails with an unexpected exception type (a bug, not an EngineError)."""
+
+    async def synthesize(self, request: SegmentRequest) -> AsyncIterator[np.ndarray]:
+        if "bug" in request.text:
+            raise ZeroDivisionError("division by zero in the engine")
+        async for chunk in super().synthesize(request):
+            yield chunk
+
+
+def test_unexpected_engine_exceptions_fail_only_their_context() -> None:
+    frames: list[bytes] = []
+    with (
+        TestClient(fake_app(BrokenEngine())) as client,
+        client.websocket_connect("/v1/realtime") as ws,
+    ):
+        read_until(ws, "session.created", frames)
+        ws.send_text(json.dumps({"type": "text.append", "context_id": "b", "text": "a bug."}))
+        ws.send_text(json.dumps({"type": "context.end", "context_id": "b"}))
+        message = json.loads(ws.receive_text())
+        while message["type"] != "error":
+            message = json.loads(ws.receive_text())
+        assert message["error"]["code"] == "internal_error"
+        assert message["error"]["context_id"] == "b"
+        assert "ZeroDivisionError" in message["error"]["message"]
+        done = read_until(ws, "context.done", frames)
+        assert done["status"] == "failed"
+        ws.send_text(json.dumps({"type": "text.append", "context_id": "ok", "text": "Fine."}))
+        ws.send_text(json.dumps({"type": "context.end", "context_id": "ok"}))
+        assert read_until(ws, "context.done", frames)["status"] == "completed"

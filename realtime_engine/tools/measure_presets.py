@@ -27,7 +27,6 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
-from safetensors.torch import load_file
 
 from realtime_engine.codec.decoder import CodecDecoder, extract_codec_state, load_codec_decoder
 from realtime_engine.codec.layout import CODEC_PREFIX, CodecDims, random_codec_state_dict
@@ -105,8 +104,8 @@ def first_audio(name: str, params: ChunkingParams, step_ms: float) -> FirstAudio
     return FirstAudio(name, rows, rows * FRAME_MS, rows * step_ms)
 
 
-def time_window(codec: CodecDecoder, frames: int, repeats: int) -> float:
-    codes = np.random.default_rng(0).integers(0, 1024, size=(1, 8, frames))
+def time_window(codec: CodecDecoder, frames: int, repeats: int, batch: int = 1) -> float:
+    codes = np.random.default_rng(0).integers(0, 1024, size=(batch, 8, frames))
     codec.decode_numpy(codes)  # warm-up
     samples = []
     for _ in range(repeats):
@@ -159,6 +158,13 @@ def markdown(results: dict[str, object]) -> str:
                 f"| {d['steady_window_frames']} | {d['steady_window_ms']:.0f} "
                 f"| {d['steady_chunk_audio_ms']:.0f} |"
             )
+        lines += ["", "| preset | steady window | batch | ms per call | ms per window |"]
+        lines += ["|---|---|---|---|---|"]
+        for t in results["batch_time"]:  # type: ignore[attr-defined]
+            lines.append(
+                f"| {t['preset']} | {t['window_frames']} | {t['batch']} | {t['ms']:.1f} "
+                f"| {t['ms'] / t['batch']:.2f} |"
+            )
     return "\n".join(lines)
 
 
@@ -172,6 +178,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sweep", action="store_true", help="also sweep holdback 0..10")
     parser.add_argument("--timing", action="store_true", help="time decode per chunk")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--batches",
+        type=lambda text: [int(x) for x in text.split(",")],
+        default=[1],
+        help="batch sizes for steady-window timing, e.g. 1,8,32",
+    )
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--sweep-streams", type=int, default=5)
@@ -186,6 +198,8 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     dims = CodecDims.tiny() if args.dims == "tiny" else CodecDims.higgs_v3()
     if args.checkpoint:
+        from safetensors.torch import load_file
+
         state = load_file(args.checkpoint)
         if any(k.startswith(CODEC_PREFIX) for k in state):
             state = extract_codec_state(state)
@@ -216,6 +230,17 @@ def main(argv: list[str] | None = None) -> None:
     if args.timing:
         results["decode_time"] = [
             asdict(decode_time(codec, n, p, args.repeats)) for n, p in PRESETS.items()
+        ]
+        results["batch_time"] = [
+            {
+                "preset": n,
+                "window_frames": w,
+                "batch": b,
+                "ms": time_window(codec, w, args.repeats, b),
+            }
+            for n, p in PRESETS.items()
+            for w in [p.left_context_frames + p.chunk_frames + p.right_holdback_frames]
+            for b in args.batches
         ]
     print(markdown(results))
     if args.json:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import functools
 import json
 import logging
@@ -33,8 +34,14 @@ from gateway.speech_request import SpeechParams, parse_speech_request
 from gateway.state import GatewayState
 from gateway.voices import can_clone, cloning_unsupported, decode_clip
 from realtime_engine.audio import AudioFormatError, ContainerEncoder
-from realtime_engine.engines.base import EngineError, SegmentRequest, UnsupportedVoiceError
+from realtime_engine.engines.base import (
+    EngineError,
+    SegmentRequest,
+    SpeechEngine,
+    UnsupportedVoiceError,
+)
 from realtime_engine.talker.types import TalkerSampling
+from realtime_engine.text.segmenter import TextSegmenter
 
 OUTPUT_SAMPLE_RATE = 24_000  # OpenAI's rate for every response format
 _INLINE_FORMATS = frozenset({"wav", "pcm"})  # cheap enough to encode on the event loop
@@ -145,11 +152,54 @@ async def _sse_events(
     yield _sse({"type": "speech.audio.done", "usage": {"output_audio_samples": samples()}})
 
 
+def split_for_speech(text: str) -> list[str]:
+    """Cut a whole input into engine segments the way the realtime path does."""
+    segmenter = TextSegmenter()
+    segments = [*segmenter.feed(text, 0.0), *segmenter.end()]
+    return [s.speech_text for s in segments if s.speech_text]
+
+
+class _SpeechJob:
+    """One speech request: its input cut into segments that the engine speaks in order."""
+
+    def __init__(self, engine: SpeechEngine, template: SegmentRequest) -> None:
+        self._engine = engine
+        self._template = template
+        self._texts = split_for_speech(template.text)
+        self._current: str | None = None
+
+    @property
+    def request_id(self) -> str:
+        return self._template.request_id
+
+    async def chunks(self) -> AsyncIterator[np.ndarray]:
+        for index, text in enumerate(self._texts):
+            segment = dataclasses.replace(
+                self._template, request_id=f"{self.request_id}-{index}", text=text
+            )
+            self._current = segment.request_id
+            stream = self._engine.synthesize(segment)
+            try:
+                async for chunk in stream:
+                    yield chunk
+            finally:
+                self._current = None
+                await _close(stream)
+
+    async def abort(self) -> None:
+        """Stop the segment being spoken now; later ones are never started."""
+        if self._current is not None:
+            await self._engine.abort(self._current)
+
+
+async def _close(iterator: AsyncIterator[Any]) -> None:
+    close = getattr(iterator, "aclose", None)
+    if close is not None:
+        await close()
+
+
 async def _guarded(
-    body: AsyncIterator[bytes],
-    engine_stream: AsyncIterator[np.ndarray],
-    state: GatewayState,
-    request_id: str,
+    body: AsyncIterator[bytes], chunks: AsyncIterator[np.ndarray], job: _SpeechJob
 ) -> AsyncIterator[bytes]:
     """Stop the engine work when the client goes away or the stream fails."""
     finished = False
@@ -158,16 +208,14 @@ async def _guarded(
             yield data
         finished = True
     except EngineError:
-        logger.warning("speech request %s failed mid-stream", request_id, exc_info=True)
+        logger.warning("speech request %s failed mid-stream", job.request_id, exc_info=True)
         raise
     finally:
         # Shielded: this also runs when the response task is being cancelled.
         with anyio.CancelScope(shield=True):
             if not finished:
-                await state.engine.abort(request_id)
-            close = getattr(engine_stream, "aclose", None)
-            if close is not None:
-                await close()
+                await job.abort()
+            await _close(chunks)
 
 
 class _AbortingStreamingResponse(StreamingResponse):
@@ -224,23 +272,25 @@ async def create_speech(request: Request, state: GatewayState) -> Response:
         params = await _parse(body, state)
         encoder = _Encoder(params.response_format, state.engine.sample_rate, params.stream)
         voice = await _resolve_voice(params, state)
-        request_id = f"speech_{uuid.uuid4().hex[:16]}"
-        segment = SegmentRequest(
-            request_id=request_id,
-            text=params.input,
-            voice=voice,
-            sampling=TalkerSampling(
-                temperature=params.sampling.temperature,
-                top_k=params.sampling.top_k,
-                top_p=params.sampling.top_p,
-                seed=params.sampling.seed,
+        job = _SpeechJob(
+            state.engine,
+            SegmentRequest(
+                request_id=f"speech_{uuid.uuid4().hex[:16]}",
+                text=params.input,
+                voice=voice,
+                sampling=TalkerSampling(
+                    temperature=params.sampling.temperature,
+                    top_k=params.sampling.top_k,
+                    top_p=params.sampling.top_p,
+                    seed=params.sampling.seed,
+                ),
+                max_new_tokens=params.max_new_tokens,
+                speed=params.speed,
             ),
-            max_new_tokens=params.max_new_tokens,
-            speed=params.speed,
         )
+        chunks = job.chunks()
         try:
-            stream = state.engine.synthesize(segment)
-            first: np.ndarray | None = await anext(stream, None)
+            first: np.ndarray | None = await anext(chunks, None)
         except EngineError as e:
             raise _engine_failure(e) from e
     except ApiError as e:
@@ -255,20 +305,21 @@ async def create_speech(request: Request, state: GatewayState) -> Response:
         state.metrics.audio_seconds_out.inc(n / sample_rate)
 
     media_type = encoder.content_type
-    pcm = _prepend(first, stream)
+    pcm = _prepend(first, chunks)
     if not params.stream:
         try:
             content = b"".join([data async for data in _encoded(pcm, encoder, count)])
         except EngineError as e:
-            await state.engine.abort(request_id)
             return error_response(_engine_failure(e), state)
+        finally:
+            await _close(chunks)
         return Response(content, media_type=media_type)
     encoded = _encoded(pcm, encoder, count)
     body = _sse_events(encoded, lambda: samples) if params.stream_format == "sse" else encoded
     return _AbortingStreamingResponse(
-        _guarded(body, stream, state, request_id),
+        _guarded(body, chunks, job),
         "text/event-stream" if params.stream_format == "sse" else media_type,
-        on_disconnect=functools.partial(state.engine.abort, request_id),
+        on_disconnect=job.abort,
     )
 
 

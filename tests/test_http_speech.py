@@ -268,3 +268,20 @@ async def test_speech_needs_a_key_when_keys_are_set() -> None:
     assert denied.status_code == wrong.status_code == models.status_code == 401
     assert denied.json()["error"]["type"] == "authentication_error"
     assert allowed.status_code == 200
+
+
+async def test_long_input_is_spoken_segment_by_segment(
+    served: tuple[httpx.AsyncClient, FakeEngine],
+) -> None:
+    client, engine = served
+    text = " ".join(
+        f"This is sentence number {n}, which is long enough to stand alone." for n in range(8)
+    )
+    response = await client.post("/v1/audio/speech", json={"input": text, "response_format": "pcm"})
+    assert response.status_code == 200
+    requests = engine.log.requests
+    assert len(requests) > 2
+    assert " ".join(r.text for r in requests).split() == text.split()
+    assert len({r.request_id for r in requests}) == len(requests)
+    expected = sum(engine.render(r).size for r in requests)
+    assert len(response.content) == 2 * expected

@@ -171,7 +171,6 @@ class Qwen3Attention(nn.Module):
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = hd
-        self.theta = config.rope_theta
         self.q_proj = nn.Linear(d, config.q_size, bias=False)
         self.k_proj = nn.Linear(d, config.kv_size, bias=False)
         self.v_proj = nn.Linear(d, config.kv_size, bias=False)
@@ -179,8 +178,17 @@ class Qwen3Attention(nn.Module):
         self.q_norm = RMSNorm(hd, config.rms_norm_eps)
         self.k_norm = RMSNorm(hd, config.rms_norm_eps)
 
-    def forward(self, x: torch.Tensor, layer: int, caches: Sequence[KVCache]) -> torch.Tensor:
-        """``x`` ``[B, S, D]``; request ``b`` attends over ``caches[b]`` (written here)."""
+    def forward(
+        self,
+        x: torch.Tensor,
+        layer: int,
+        caches: Sequence[KVCache],
+        rope: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    ) -> torch.Tensor:
+        """``x`` ``[B, S, D]``; request ``b`` attends over ``caches[b]`` (written here).
+
+        ``rope[b]`` holds request ``b``'s cos/sin for its ``S`` new positions.
+        """
         batch, seq, _ = x.shape
         q = self.q_proj(x).view(batch, seq, self.num_heads, self.head_dim)
         k = self.k_proj(x).view(batch, seq, self.num_kv_heads, self.head_dim)
@@ -190,10 +198,8 @@ class Qwen3Attention(nn.Module):
         k = self.k_norm(k).transpose(1, 2)
         v = v.transpose(1, 2)
         outputs = []
-        for b, cache in enumerate(caches):
+        for b, (cache, (cos, sin)) in enumerate(zip(caches, rope, strict=True)):
             start = cache.length
-            positions = torch.arange(start, start + seq, device=x.device)
-            cos, sin = rope_cos_sin(positions, self.head_dim, self.theta, x.dtype)
             k_all, v_all = cache.write(layer, apply_rope(k[b], cos, sin), v[b])
             outputs.append(causal_attention(apply_rope(q[b], cos, sin), k_all, v_all, start))
         attn = torch.stack(outputs).transpose(1, 2).reshape(batch, seq, -1)
@@ -221,8 +227,13 @@ class Qwen3DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = Qwen3MLP(config)
 
-    def forward(self, x: torch.Tensor, caches: Sequence[KVCache]) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), self.index, caches)
+    def forward(
+        self,
+        x: torch.Tensor,
+        caches: Sequence[KVCache],
+        rope: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    ) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), self.index, caches, rope)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -235,13 +246,25 @@ class Qwen3Body(nn.Module):
             Qwen3DecoderLayer(config, i) for i in range(config.num_hidden_layers)
         )
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.head_dim = config.head_dim
+        self.theta = config.rope_theta
 
     def forward(self, x: torch.Tensor, caches: Sequence[KVCache]) -> torch.Tensor:
         """``x`` ``[B, S, D]`` through every layer and the final norm; appends to ``caches``."""
         if len(caches) != x.shape[0]:
             raise ValueError(f"{x.shape[0]} sequences but {len(caches)} caches")
+        seq = x.shape[1]
+        rope = [
+            rope_cos_sin(
+                torch.arange(c.length, c.length + seq, device=x.device),
+                self.head_dim,
+                self.theta,
+                x.dtype,
+            )
+            for c in caches
+        ]
         for layer in self.layers:
-            x = layer(x, caches)
+            x = layer(x, caches, rope)
         for cache in caches:
             cache.advance(x.shape[1])
         return self.norm(x)

@@ -84,11 +84,11 @@ class VoiceCloningEngine(Protocol):
 
     supports_voice_cloning: bool
 
-    async def add_voice(self, voice_id: str, clip: ReferenceClip, text: str | None) -> None:
+    async def clone_voice(self, voice_id: str, clip: ReferenceClip, text: str | None) -> None:
         """Encode ``clip`` (once) so that ``voice_id`` can be used in requests."""
         ...
 
-    async def remove_voice(self, voice_id: str) -> None: ...
+    async def remove_cloned_voice(self, voice_id: str) -> None: ...
 
 
 def can_clone(engine: SpeechEngine) -> bool:
@@ -278,7 +278,7 @@ class VoiceLibrary:
                 )
             cloner = self._engine
             assert isinstance(cloner, VoiceCloningEngine)
-            await cloner.add_voice(voice_id, clip, text)
+            await cloner.clone_voice(voice_id, clip, text)
             self._created[voice_id] = VoiceEntry(
                 voice_id,
                 description="cloned from a reference clip",
@@ -299,6 +299,6 @@ class VoiceLibrary:
                 raise VoiceNotFoundError(f"no voice named {voice_id!r}", "voice_id")
             cloner = self._engine
             if isinstance(cloner, VoiceCloningEngine):
-                await cloner.remove_voice(voice_id)
+                await cloner.remove_cloned_voice(voice_id)
             del self._created[voice_id]
             del self._hash_of[voice_id]

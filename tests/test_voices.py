@@ -81,11 +81,11 @@ class CloningFakeEngine(FakeEngine):
         self.added: dict[str, tuple[ReferenceClip, str | None]] = {}
         self.removed: list[str] = []
 
-    async def add_voice(self, voice_id: str, clip: ReferenceClip, text: str | None) -> None:
+    async def clone_voice(self, voice_id: str, clip: ReferenceClip, text: str | None) -> None:
         self.added[voice_id] = (clip, text)
         self.config.voices = (*self.config.voices, voice_id)
 
-    async def remove_voice(self, voice_id: str) -> None:
+    async def remove_cloned_voice(self, voice_id: str) -> None:
         self.removed.append(voice_id)
         self.config.voices = tuple(v for v in self.config.voices if v != voice_id)
 

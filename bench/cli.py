@@ -19,6 +19,7 @@ from typing import Any
 from bench import plots
 from bench.sweep import SweepConfig, new_result, sweep, table
 from bench.targets import GatewayTarget, SpeechHttpTarget
+from bench.textfeed import TEXTS
 
 
 def _levels(spec: str) -> list[float]:
@@ -67,6 +68,12 @@ def _common(p: argparse.ArgumentParser) -> None:
         type=float,
         default=100.0,
         help="a playback stall longer than this is an underrun",
+    )
+    p.add_argument(
+        "--text",
+        action="append",
+        default=None,
+        help="text to speak (repeatable); default: the built-in sentences",
     )
     p.add_argument("--no-progress", action="store_true")
     p.add_argument(
@@ -133,6 +140,7 @@ def _sweep_config(args: argparse.Namespace) -> SweepConfig:
         tokens_per_s=args.tokens_per_s,
         prebuffer_s=args.prebuffer_ms / 1000,
         underrun_threshold_s=args.underrun_ms / 1000,
+        texts=tuple(args.text) if args.text else TEXTS,
     )
 
 

@@ -11,6 +11,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 
+def _legend(ax: Any) -> None:
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+
+
 def _series(result: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """Levels grouped by target label ("gateway", "peer", ...)."""
     out: dict[str, list[dict[str, Any]]] = {}
@@ -32,7 +37,7 @@ def ttfa_cdf(result: dict[str, Any], path: Path) -> None:
     ax.set_ylabel("fraction of streams")
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    _legend(ax)
     ax.set_title("Time to first audio, CDF")
     fig.tight_layout()
     fig.savefig(path)
@@ -60,7 +65,7 @@ def vs_level(result: dict[str, Any], path: Path) -> None:
     ax2.set_title("Throughput vs load")
     for ax in (ax1, ax2):
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        _legend(ax)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -79,7 +84,7 @@ def gap_histogram(result: dict[str, Any], path: Path) -> None:
     ax.set_ylabel("chunks (log)")
     ax.set_title("Inter-chunk gaps")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    _legend(ax)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,7 +20,6 @@ class ServerStartError(RuntimeError):
 def gateway_app(engine: SpeechEngine, **settings: Any) -> Any:
     """The gateway's ASGI app around ``engine`` (settings as ``GatewaySettings`` fields)."""
     from gateway.app import create_app
-
     from gateway.settings import GatewaySettings
 
     return create_app(GatewaySettings(port=0, **settings), engine)
@@ -34,7 +34,7 @@ async def serve(
         app,
         host=host,
         port=0,
-        log_level="warning",
+        log_level=os.environ.get("BENCH_SERVER_LOG", "warning"),
         lifespan="on",
         ws_max_size=16 * 1024 * 1024,
         backlog=2048,

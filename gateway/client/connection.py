@@ -16,6 +16,7 @@ import contextlib
 import itertools
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Generator
 from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
@@ -58,6 +59,8 @@ from gateway.protocol import (
 )
 
 ConnectionItem = ServerEvent | AudioChunk
+MAX_CONTEXT_ID_CHARS = 64
+MAX_TRACKED_EVENTS = 4096  # recent context events whose errors can be routed back
 
 
 def realtime_url(url: str, model: str | None = None, token: str | None = None) -> str:
@@ -120,6 +123,7 @@ class Connection:
         self._streams: dict[int, ContextState] = {}
         self._pending: dict[str, tuple[type[BaseModel], asyncio.Future[ServerEvent]]] = {}
         self._ids = itertools.count(1)
+        self._event_owner: OrderedDict[str, ContextState] = OrderedDict()
         self._closing = False
         self._closed_error: ClientError | None = None
         self._reader = asyncio.create_task(self._read_loop(), name="speech-client-reader")
@@ -136,11 +140,23 @@ class Connection:
         if dispatch not in ("context", "connection"):
             raise ValueError(f"dispatch must be 'context' or 'connection', not {dispatch!r}")
         context_id = context_id or f"ctx_{uuid.uuid4().hex[:12]}"
+        if not 1 <= len(context_id) <= MAX_CONTEXT_ID_CHARS:
+            raise ValueError(f"a context id has 1 to {MAX_CONTEXT_ID_CHARS} characters")
         if context_id in self._contexts:
             raise ValueError(f"context {context_id!r} is still open on this connection")
         state = ContextState(context_id=context_id, dispatch=dispatch)
         self._contexts[context_id] = state
-        return Context(self, state, self.send)
+
+        async def send_for(event: BaseModel) -> None:
+            # An id on every context event lets an error that names no context
+            # (e.g. a refused context_id) still reach the context that caused it.
+            event_id = f"evt_{next(self._ids)}"
+            self._event_owner[event_id] = state
+            while len(self._event_owner) > MAX_TRACKED_EVENTS:
+                self._event_owner.popitem(last=False)
+            await self.send(event.model_copy(update={"event_id": event_id}))
+
+        return Context(self, state, send_for)
 
     async def ping(self) -> float:
         """Round trip of a ``ping`` in seconds."""
@@ -262,9 +278,10 @@ class Connection:
             )
             return
         context_id = getattr(event, "context_id", None)
-        if isinstance(event, ErrorEvent):
-            context_id = event.error.context_id
         state = self._contexts.get(context_id) if context_id else None
+        if isinstance(event, ErrorEvent):
+            owner = self._event_owner.get(event.error.reply_to or event.reply_to or "")
+            state = self._contexts.get(event.error.context_id or "") or owner
         if state is None:
             self._events.put_nowait(event)
             return

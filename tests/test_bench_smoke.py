@@ -1,0 +1,138 @@
+"""``bench smoke``: an in-process gateway with the fake engine, a few seconds of load.
+
+Checks the JSON and PNG outputs for structure and for values the fake engine's
+configuration bounds: TTFA above its first-chunk delay and not far beyond it,
+throughput no higher than the engine's real-time factor allows, no underruns
+with a fast engine and underruns with a deliberately slow one.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import matplotlib.image
+import pytest
+
+from bench.cli import main
+
+FIRST_CHUNK_DELAY_MS = 50.0
+# generous: two shared CI cores run the server, the clients and the decoder
+TTFA_SLACK_MS = 1500.0
+
+
+def run_smoke(out: Path, *extra: str) -> dict[str, Any]:
+    argv = [
+        "smoke",
+        "--out",
+        str(out),
+        "--no-progress",
+        "--warmup",
+        "0.3",
+        "--duration",
+        "2.0",
+        "--first-chunk-delay-ms",
+        str(FIRST_CHUNK_DELAY_MS),
+        *extra,
+    ]  # later flags win
+    assert main(argv) == 0
+    result: dict[str, Any] = json.loads((out / "smoke.json").read_text())
+    return result
+
+
+def check_pngs(out: Path) -> None:
+    for name in ("smoke_ttfa_cdf.png", "smoke_vs_load.png", "smoke_gap_hist.png"):
+        path = out / name
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        height, width = matplotlib.image.imread(path).shape[:2]
+        assert width >= 300 and height >= 200
+
+
+def test_smoke_fast_engine(tmp_path: Path) -> None:
+    rtf = 0.1
+    result = run_smoke(tmp_path, "--levels", "1,3", "--engine-rtf", str(rtf), "--tokens-per-s", "0")
+    check_pngs(tmp_path)
+    meta, config = result["meta"], result["config"]
+    assert meta["kind"] == "smoke" and meta["hardware"]["cpu_cores"] >= 1
+    assert "python" in meta["hardware"]["versions"]
+    assert config["engine_rtf"] == rtf and config["seed"] == 0
+    assert [lv["level"] for lv in result["levels"]] == [1.0, 3.0]
+    for level in result["levels"]:
+        assert level["errors"] == 0 and level["ok"] >= 1
+        ttfa = level["ttfa_ms"]
+        assert FIRST_CHUNK_DELAY_MS <= ttfa["min"] <= ttfa["p50"] <= ttfa["max"]
+        assert ttfa["p50"] < FIRST_CHUNK_DELAY_MS + TTFA_SLACK_MS
+        server = level["server_ttfa_ms"]
+        assert server["n"] == level["ok"]
+        assert 0 < server["p50"] <= ttfa["p50"] + 1.0  # the server's span sits inside ours
+        # every stream generates at most 1/rtf audio-seconds per second
+        assert 0 < level["throughput_audio_s_per_s"] <= level["level"] / rtf * 1.05
+        assert level["rtf"]["p50"] < 1.0
+        assert level["underruns_total"] == 0
+        assert len(level["samples"]["ttfa_ms"]) == level["ok"]
+    rows = result["streams"]
+    assert rows and all(r["target"] == "gateway" for r in rows)
+    assert sum(r["ok"] for r in rows) >= sum(lv["ok"] for lv in result["levels"])
+
+
+def test_smoke_slow_engine_underruns(tmp_path: Path) -> None:
+    rtf = 2.5  # 160 ms chunks every 400 ms: each stall ~240 ms, past the 100 ms threshold
+    # short texts (0.8 s of audio, ~2 s to generate) and no warm-up keep this test short
+    result = run_smoke(
+        tmp_path,
+        "--levels",
+        "2",
+        "--engine-rtf",
+        str(rtf),
+        "--format",
+        "pcm16",
+        "--tokens-per-s",
+        "30",
+        "--warmup",
+        "0",
+        "--duration",
+        "1.0",
+        "--text",
+        "Short and slow.",
+        "--text",
+        "Slow, but short.",
+    )
+    (level,) = result["levels"]
+    assert level["ok"] >= 1
+    assert level["underruns_total"] > 0 and level["streams_with_underrun"] >= 1
+    assert level["underrun_s"]["max"] > 0.1
+    assert level["gap_ms"]["max"] > 100.0
+    # throughput is bound by the engine: two streams at 1/2.5 audio-s per s each
+    assert 0.3 * 2 / rtf <= level["throughput_audio_s_per_s"] <= 2 / rtf * 1.05
+    # the fake engine's first chunk is free (only the first-chunk delay): RTF sits a bit under
+    assert rtf * 0.6 <= level["rtf"]["p50"] <= rtf * 1.3
+
+
+def test_module_entry_point() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0
+    assert "usage:" in proc.stdout and "overhead" in proc.stdout
+
+
+@pytest.mark.parametrize("argv", [["smoke", "--help"], ["overhead", "--help"], ["run", "--help"]])
+def test_subcommand_help(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 0
+    assert "--out" in capsys.readouterr().out
+
+
+def test_bad_levels_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "--url", "http://127.0.0.1:9", "--levels", "0,-1"])
+    assert exit_.value.code == 2
+    assert "levels must be positive" in capsys.readouterr().err

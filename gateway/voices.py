@@ -260,8 +260,11 @@ class VoiceLibrary:
         if not can_clone(self._engine):
             raise cloning_unsupported(self._engine)
         content = hashlib.sha256(audio + b"\0" + (text or "").encode()).hexdigest()
-        voice_id = voice_id or f"voice_{content[:16]}"
         async with self._lock:
+            if voice_id is None:
+                # The same clip again: the voice it already made, under any id.
+                known = next((v for v, h in self._hash_of.items() if h == content), None)
+                voice_id = known or f"voice_{content[:16]}"
             if voice_id in self._builtin():
                 raise VoiceConflictError(f"{voice_id!r} is a built-in voice", "voice_id")
             existing = self._created.get(voice_id)

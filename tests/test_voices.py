@@ -182,6 +182,10 @@ async def test_library_clones_once_per_clip() -> None:
     assert not first.cached and again.cached and again.voice_id == first.voice_id
     assert first.duration_s == pytest.approx(1.0, abs=0.01) and first.frames == 25
     assert list(engine.added) == [first.voice_id]
+    other = VoiceLibrary(CloningFakeEngine())
+    await other.create(CLIP, "a tone", "named")
+    reused = await other.create(CLIP, "a tone", None)
+    assert (reused.voice_id, reused.cached) == ("named", True)
     assert library.has(first.voice_id)
     entry = library.get(first.voice_id)
     assert not entry.builtin and entry.text == "a tone"

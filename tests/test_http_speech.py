@@ -185,8 +185,8 @@ async def test_request_fields_reach_the_engine(
 
 
 async def test_body_starts_before_generation_ends() -> None:
-    # 2 s of audio produced at half real time: about 1 s of generation.
-    engine = FakeEngine(realtime_factor=0.5, chunk_samples=2400)
+    # 2 s of audio produced at real time: about 2 s of generation.
+    engine = FakeEngine(realtime_factor=1.0, chunk_samples=2400)
     async with serve(engine) as (client, _):
         started = time.monotonic()
         first_byte = None
@@ -195,8 +195,8 @@ async def test_body_starts_before_generation_ends() -> None:
             async for _ in response.aiter_raw():
                 first_byte = first_byte or time.monotonic() - started
         total = time.monotonic() - started
-    assert first_byte is not None and total > 0.8
-    assert first_byte < total / 3
+    assert first_byte is not None and total > 1.8
+    assert first_byte < total / 2
 
 
 async def test_client_disconnect_aborts_the_engine() -> None:

@@ -281,9 +281,11 @@ def _inline_cut(text: str, token_start: int, pos: int) -> Strength | None:
 def ends_safely(text: str) -> bool:
     """Whether complete-looking text may be cut at its very end before more arrives.
 
-    Used only by the time-based cut: text ending in ``!``/``?`` or CJK
-    sentence punctuation (plus closing quotes), or in ``.`` after a plain word
-    of two or more letters that is not an abbreviation, is taken as finished.
+    Used only by the time-based cut. The last word must be a plain word
+    (letters, inner ``'`` or ``-``, quotes around it) followed by ``!``/``?``,
+    CJK sentence punctuation, or ``.`` when the word has two or more letters
+    and is not an abbreviation. Anything else (``3.``, ``Dr.``, ``www.``,
+    ``https://x.org/?``) may continue and is not cut.
     """
     if not text or is_break_space(text[-1]):
         return False
@@ -291,12 +293,12 @@ def ends_safely(text: str) -> bool:
     while begin and not is_break_space(text[begin - 1]):
         begin -= 1
     core = _strip_closing(text[begin:])
-    if not core or core.endswith(ELLIPSES):
+    marks = len(core) - len(core.rstrip("!?‽.。！？｡"))
+    if marks == 0 or core.endswith(ELLIPSES):
         return False
-    last = core[-1]
-    if last in "!?‽" or last in CJK_SENTENCE_MARKS:
+    word = core[:-marks].lstrip(_OPENING)
+    if not word or not word.replace("'", "").replace("-", "").replace("’", "").isalpha():
+        return False
+    if core[-1] != ".":
         return True
-    if last != ".":
-        return False
-    word = core[:-1].lstrip(_OPENING)
-    return len(word) >= 2 and word.isalpha() and not _is_abbreviation(core)
+    return marks == 1 and len(word) >= 2 and word.lower() != "www" and not _is_abbreviation(core)

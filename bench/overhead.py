@@ -14,6 +14,7 @@ import asyncio
 import bisect
 import contextlib
 import multiprocessing
+import os
 import random
 import sys
 import time
@@ -255,6 +256,7 @@ async def run_overhead(
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         },
         "config": asdict(cfg),
+        "load_average_end": [round(x, 2) for x in os.getloadavg()],
         "sessions_ok": cfg.sessions - sum(1 for t in traces if t.error and not t.frames),
         "contexts_measured": len(measured),
         "contexts_ok": len(ok),

@@ -22,6 +22,9 @@ def gateway_app(engine: SpeechEngine, **settings: Any) -> Any:
     from gateway.app import create_app
     from gateway.settings import GatewaySettings
 
+    # One anonymous client opens every bench session: lift the per-key caps.
+    settings.setdefault("max_sessions_per_key", 100_000)
+    settings.setdefault("max_contexts_per_key", 100_000)
     return create_app(GatewaySettings(port=0, **settings), engine)
 
 

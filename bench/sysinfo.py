@@ -77,6 +77,7 @@ def describe() -> dict[str, Any]:
         "cpu_cores": os.cpu_count(),
         "memory_gib": memory_total_gib(),
         "gpus": gpus(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
         "platform": platform.platform(),
         "versions": versions(),
     }

@@ -136,3 +136,33 @@ def test_bad_levels_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
         main(["run", "--url", "http://127.0.0.1:9", "--levels", "0,-1"])
     assert exit_.value.code == 2
     assert "levels must be positive" in capsys.readouterr().err
+
+
+def test_overhead_run_measures_lateness(tmp_path: Path) -> None:
+    argv = [
+        "overhead",
+        "--sessions",
+        "4",
+        "--warmup",
+        "1.0",
+        "--duration",
+        "2.0",
+        "--ramp",
+        "0.5",
+        "--engine-rtf",
+        "0.2",  # ~1 s per context: new contexts start inside the window
+        "--out",
+        str(tmp_path),
+        "--no-progress",
+    ]
+    assert main(argv) == 0
+    result = json.loads((tmp_path / "overhead.json").read_text())
+    assert result["sessions_ok"] == 4 and result["errors"] == []
+    assert result["contexts_ok"] >= 1
+    late = result["lateness_ms"]
+    # frames cannot arrive before the engine emitted their samples
+    assert late["n"] > 100 and late["min"] > 0
+    assert result["frames_unmatched"] <= result["frames_in_window"] * 0.05
+    assert result["chunk_first_frame_lateness_ms"]["n"] > 0
+    assert result["server_rss_mb"]["min"] > 10
+    assert (tmp_path / "overhead_lateness.png").read_bytes()[:4] == b"\x89PNG"

@@ -90,8 +90,7 @@ def load_talker(
     tokenizer = HiggsTokenizer.from_dir(path)
     if tokenizer.vocab_size > config.vocab_size:
         raise TokenizerError(
-            f"tokenizer has {tokenizer.vocab_size} ids, "
-            f"the model embeds only {config.vocab_size}"
+            f"tokenizer has {tokenizer.vocab_size} ids, the model embeds only {config.vocab_size}"
         )
     checkpoint = SafetensorsCheckpoint(path)
     talker = load_talker_weights(

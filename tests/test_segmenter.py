@@ -64,7 +64,7 @@ CASES: list[tuple[str, str, list[str]]] = [
     (
         "a control tag stays with the word after it",
         "<|sfx:laughter|> Haha, that is so funny to me.",
-        ["<|sfx:laughter|> Haha,", " that is so funny to me."],
+        ["<|sfx:laughter|> Haha, that is so funny to me."],
     ),
     (
         "Chinese: sentence and clause punctuation without spaces",
@@ -98,6 +98,15 @@ CASES: list[tuple[str, str, list[str]]] = [
 def test_rules_fed_whole_and_char_by_char(name: str, text: str, expected: list[str]) -> None:
     assert run([text]) == expected
     assert run(text) == expected
+
+
+def test_control_tags_weigh_nothing() -> None:
+    # 21 spoken characters: under sentence_min_chars (24) once the tag is not counted.
+    text = "Hello there.<|emotion:anger|>I am angry about it. Okay then."
+    expected = ["Hello there.", "<|emotion:anger|>I am angry about it. Okay then."]
+    assert run([text]) == expected
+    assert run(text) == expected
+    assert spoken_weight("  <|sfx:laughter|>Ha 好") == 6
 
 
 def test_first_short_sentence_is_cut_at_once() -> None:

@@ -130,10 +130,11 @@ def char_weight(ch: str) -> int:
 def spoken_weight(text: str) -> int:
     """Length that tracks speaking time: a wide (CJK) character counts 3, others 1.
 
-    Leading whitespace is not counted, so a segment's weight does not depend
-    on the space that separates it from the previous one.
+    Control tags are not spoken and weigh nothing. Leading whitespace is not
+    counted, so a segment's weight does not depend on the space that
+    separates it from the previous one.
     """
-    stripped = text.lstrip()
+    stripped = TAG_PATTERN.sub("", text).lstrip()
     wide = sum(1 for ch in stripped if unicodedata.east_asian_width(ch) in "WF")
     return len(stripped) + 2 * wide
 

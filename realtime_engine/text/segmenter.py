@@ -9,7 +9,7 @@ breaking whitespace, after CJK punctuation, between CJK characters and before
 an inline ``<|category:tag|>``, so words, numbers, abbreviations, URLs,
 e-mails, ellipses, tags and grapheme clusters are never split. This module
 decides which cut to take. In ``auto`` mode, measuring length as spoken weight
-(a CJK character counts 3, leading whitespace 0):
+(a CJK character counts 3, control tags and leading whitespace 0):
 
 1. The first segment of a context is cut at the first sentence end, or at the
    first clause boundary once it weighs ``first_clause_min_chars``: fast first
@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from realtime_engine.text.boundaries import (
+    TAG_PATTERN,
     Cut,
     CutScanner,
     Strength,
@@ -100,6 +101,7 @@ class Segment:
 
 
 _CUM_COMPACT_AT = 1 << 16
+_MAX_TAG_LEN = 68
 _FIRST_STEP = 64
 _LEADING_SPACE = re.compile(r"\s*")
 
@@ -156,11 +158,7 @@ class TextSegmenter:
             raise SegmenterError(f"text must be str, got {type(fragment).__name__}")
         if fragment:
             self._arrivals.append((self._offset + len(self._text), now_ms))
-            self._text += fragment
-            total = self._cum[-1]
-            for ch in fragment:
-                total += char_weight(ch)
-                self._cum.append(total)
+            self._append(fragment)
         if self.config.mode == "manual":
             return []
         return self._cut_by_rules(final=False) + self._cut_by_time(now_ms)
@@ -263,6 +261,22 @@ class TextSegmenter:
         return [self._emit(cuts[-1].pos, "timeout")]
 
     # ------------------------------------------------------------------ bookkeeping
+
+    def _append(self, fragment: str) -> None:
+        before = len(self._text)
+        self._text += fragment
+        total = self._cum[-1]
+        for ch in fragment:
+            total += char_weight(ch)
+            self._cum.append(total)
+        # A control tag completed by this fragment is not spoken: take its
+        # characters back out of the running weight.
+        for match in TAG_PATTERN.finditer(self._text, max(0, before - _MAX_TAG_LEN)):
+            if match.end() <= before:
+                continue
+            start, end, base = match.start(), match.end(), self._cum0
+            for i in range(start + 1, len(self._text) + 1):
+                self._cum[base + i] -= min(i, end) - start
 
     def _emit(self, pos: int, reason: CutReason) -> Segment:
         segment = Segment(

@@ -219,6 +219,7 @@ class CpuVoiceEngine:
     def _load_and_warm(self) -> None:
         import onnxruntime as ort
 
+        self._phonemizer.start()  # first: a missing espeak-ng fails before the model loads
         default_model, default_config = _default_paths()
         model_path = self._config.model_path or default_model
         config_path = self._config.config_path or default_config
@@ -246,7 +247,6 @@ class CpuVoiceEngine:
             )
         except Exception as e:  # onnxruntime raises its own untyped errors
             raise EngineError(f"cannot load the voice model {model_path}: {e}") from e
-        self._phonemizer.start()
         warm = _Active(threading.Event(), ort.RunOptions())
         self._synthesize_unit([Clause("Okay", ".")], 1.0, warm)
 

@@ -12,11 +12,18 @@ import httpx
 import numpy as np
 import pytest
 import pytest_asyncio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from starlette.applications import Starlette
 
 from gateway.http_speech import routes
 from gateway.settings import GatewaySettings
-from gateway.speech_request import parse_speech_request
+from gateway.speech_request import (
+    KNOWN_FIELDS,
+    RESPONSE_FORMATS,
+    ApiError,
+    parse_speech_request,
+)
 from gateway.state import GatewayState
 from gateway.voices import VoiceLibrary
 from realtime_engine.engines.fake import FakeEngine
@@ -199,3 +206,31 @@ def test_openai_names_and_extensions_are_accepted() -> None:
     assert _parse({"input": "Hi.", "voice": {"id": "fake-bright"}}).voice == "fake-bright"
     same = _parse({"input": "Hi.", "ref_audio": CLIP, "references": [{"audio": CLIP}]})
     assert same.ref_audio == params.ref_audio
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+field_names = st.sampled_from(sorted(KNOWN_FIELDS)) | st.text(max_size=10)
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.dictionaries(field_names, json_values, max_size=6), st.booleans())
+def test_any_json_body_is_accepted_or_refused_with_a_field(
+    body: dict[str, Any], with_input: bool
+) -> None:
+    if with_input:
+        body = {**body, "input": "Hello."}
+    try:
+        params = _parse(body)
+    except ApiError as e:
+        assert e.status == 400
+        assert e.detail.type == "invalid_request_error" and e.detail.message
+        assert e.detail.param is None or e.detail.param in body or e.detail.param == "input"
+    else:
+        assert params.input.strip() and params.response_format in RESPONSE_FORMATS
+        assert 0.25 <= params.speed <= 4.0

@@ -207,10 +207,20 @@ def test_invalid_settings_name_the_param(kwargs: dict, param: str) -> None:
     assert err.value.param == param
 
 
+@pytest.mark.parametrize("fmt", ["opus", "pcm16", "mulaw"])
+def test_a_stream_without_samples_has_no_frames(fmt: str) -> None:
+    enc = AudioEncoder(fmt, 8000)
+    assert enc.feed(np.zeros(0, np.float32)) == []
+    assert enc.finish() == []
+    assert enc.next_pts_ms == 0
+
+
 def test_misuse_after_finish_and_bad_input() -> None:
     enc = AudioEncoder("pcm16")
     with pytest.raises(ValueError):
         enc.feed(np.zeros((2, 10), np.float32))
+    with pytest.raises(ValueError):
+        enc.feed(np.zeros(10, np.int16))
     enc.finish()
     with pytest.raises(AudioEncodeError):
         enc.feed(np.zeros(10, np.float32))

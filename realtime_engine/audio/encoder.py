@@ -166,6 +166,7 @@ class AudioEncoder:
         else:
             self._codec = _PcmCodec(fmt)
         self._samples_out = 0
+        self._fed_samples = 0
         self._finished = False
 
     @property
@@ -189,16 +190,21 @@ class AudioEncoder:
     def feed(self, pcm: npt.ArrayLike) -> list[EncodedFrame]:
         if self._finished:
             raise AudioEncodeError("feed() after finish()")
-        samples = self._resampler.feed(as_mono_float32(pcm))
+        pcm = as_mono_float32(pcm)
+        self._fed_samples += pcm.size
+        samples = self._resampler.feed(pcm)
         return self._encode_all(self._framer.push(samples))
 
     def finish(self) -> list[EncodedFrame]:
-        """Encode what is buffered (the last frame padded for Opus); the stream ends."""
+        """Encode what is buffered (the last frame padded for Opus); the stream ends.
+
+        A stream that was never fed any samples ends with no frames at all.
+        """
         if self._finished:
             raise AudioEncodeError("finish() called twice")
         self._finished = True
         frames = self._framer.push(self._resampler.finish())
-        if self._codec.pre_skip_samples:
+        if self._codec.pre_skip_samples and self._fed_samples:
             # Push the encoder's lookahead out so the decoder sees the last input samples.
             tail = np.zeros(self._codec.pre_skip_samples, dtype=np.float32)
             frames += self._framer.push(tail)

@@ -23,12 +23,13 @@ _ULAW_SEGMENT_ENDS = np.array([0x3F, 0x7F, 0xFF, 0x1FF, 0x3FF, 0x7FF, 0xFFF, 0x1
 
 
 def as_mono_float32(pcm: npt.ArrayLike) -> FloatArray:
-    """A 1-D float32 view of ``pcm``; rejects multi-channel or non-numeric input."""
+    """A 1-D float32 view of ``pcm``; rejects multi-channel or non-float input."""
     arr = np.asarray(pcm)
     if arr.ndim != 1:
         raise ValueError(f"expected mono PCM as a 1-D array, got shape {arr.shape}")
-    if arr.dtype.kind not in "fiu":
-        raise ValueError(f"expected numeric PCM, got dtype {arr.dtype}")
+    if arr.dtype.kind != "f":
+        # Integer samples would need a scale (s16? s32?); refuse rather than guess.
+        raise ValueError(f"expected float PCM in [-1, 1], got dtype {arr.dtype}")
     return np.ascontiguousarray(arr, dtype=np.float32)
 
 

@@ -232,3 +232,18 @@ async def test_start_is_idempotent_and_from_pretrained_works(tiny_checkpoint: Pa
         await eng.close()
     with pytest.raises(EngineError):
         HiggsEngine.from_pretrained(tiny_checkpoint / "missing")
+
+
+async def test_auto_backend_without_a_gpu_uses_the_reference_runner(tiny_checkpoint: Path) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("with a GPU, auto picks vLLM")
+    eng = HiggsEngine.from_pretrained(
+        tiny_checkpoint, "cpu", backend="auto", runner_options={"max_batch": 2}
+    )
+    try:
+        chunks = await _chunks(eng.synthesize(_segment("auto", frames=3)))
+        assert sum(c.size for c in chunks) == 3 * HOP
+    finally:
+        await eng.close()
+    with pytest.raises(EngineError, match="backend"):
+        HiggsEngine.from_pretrained(tiny_checkpoint, backend="tensorrt")

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -44,6 +45,7 @@ from realtime_engine.talker.types import (
 )
 
 SAMPLE_RATE = 24_000
+BACKENDS = ("reference", "vllm", "auto")
 DEFAULT_VOICE = "default"
 # rows after the last real frame: codebook c of frame t sits in row t + c
 DELAY_TAIL_ROWS = NUM_CODEBOOKS - 1
@@ -85,6 +87,12 @@ def codec_decode_fn(codec: nn.Module) -> DecodeFn:
         return pcm.float().reshape(codes.shape[0], -1).cpu().numpy()
 
     return decode
+
+
+def _require_codec(codec: nn.Module | None, model: str | Path) -> nn.Module:
+    if codec is None:
+        raise EngineError(f"{model!s} has no bundled codec")
+    return codec
 
 
 class _CodecBatcher:
@@ -167,32 +175,49 @@ class HiggsEngine:
         dtype: torch.dtype | None = None,
         max_batch: int = 32,
         chunking: ChunkingParams | None = None,
+        backend: str = "reference",
+        runner_options: dict[str, Any] | None = None,
     ) -> HiggsEngine:
-        """Load ``model`` (``tiny``, a directory or a cached HF id) on the reference runner."""
-        from realtime_engine.model.loader import load_talker
-        from realtime_engine.talker.reference_runner import ReferenceRunner
+        """Load ``model`` (``tiny``, a directory or a cached HF id).
 
+        ``backend``: ``"reference"`` runs the talker in-process on PyTorch;
+        ``"vllm"`` or ``"auto"`` hand it to
+        :func:`realtime_engine.talker.vllm_runner.create_talker_runner` with
+        ``runner_options``. The codec always runs here, on ``device``.
+        """
+        from realtime_engine.model.checkpoint import SafetensorsCheckpoint
+        from realtime_engine.model.hub import resolve_model
+        from realtime_engine.model.loader import load_codec, load_talker
+
+        if backend not in BACKENDS:
+            raise EngineError(f"unknown talker backend {backend!r}; choose one of {BACKENDS}")
         dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if dtype is None:
             dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+        runner: TalkerRunner
         try:
-            loaded = load_talker(model, device=dev, dtype=dtype)
+            if backend == "reference":
+                from realtime_engine.talker.reference_runner import ReferenceRunner
+
+                loaded = load_talker(model, device=dev, dtype=dtype)
+                tokenizer, codec = loaded.tokenizer, _require_codec(loaded.codec, model)
+                runner = ReferenceRunner(
+                    loaded.model,
+                    dev,
+                    max_batch=max_batch,
+                    max_positions=loaded.config.max_position_embeddings,
+                )
+            else:
+                from realtime_engine.talker.vllm_runner import create_talker_runner
+
+                path = resolve_model(model)
+                tokenizer = HiggsTokenizer.from_dir(path)
+                codec = _require_codec(load_codec(SafetensorsCheckpoint(path), device=dev), model)
+                runner = create_talker_runner(path, backend, **(runner_options or {}))
         except (OSError, ValueError) as e:
             raise EngineError(f"cannot load {model!s}: {e}") from e
-        if loaded.codec is None:
-            raise EngineError(f"{model!s} has no bundled codec")
-        runner = ReferenceRunner(
-            loaded.model,
-            dev,
-            max_batch=max_batch,
-            max_positions=loaded.config.max_position_embeddings,
-        )
         return cls(
-            runner,
-            loaded.tokenizer,
-            codec_decode_fn(loaded.codec),
-            model_id=str(model),
-            chunking=chunking,
+            runner, tokenizer, codec_decode_fn(codec), model_id=str(model), chunking=chunking
         )
 
     # ------------------------------------------------------------ voices

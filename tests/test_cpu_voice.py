@@ -307,3 +307,16 @@ async def test_broken_voice_config_is_an_engine_error(tmp_path: object) -> None:
     with pytest.raises(EngineError, match="voice config"):
         await engine.start()
     await engine.close()
+
+
+@pytestmark_engine
+async def test_closing_the_stream_early_stops_the_request(engine: CpuVoiceEngine) -> None:
+    text = " ".join(f"Closing early, part {n}." for n in range(6))
+    stream = engine.synthesize(SegmentRequest(request_id="closed", text=text))
+    assert (await anext(stream)).size
+    active = engine._active["closed"]
+    await stream.aclose()  # type: ignore[attr-defined]
+    assert "closed" not in engine._active
+    assert active.cancelled.is_set() and active.run_options.terminate
+    # Work queued behind a cancelled request is skipped, later requests still run.
+    assert await collect(engine, "Still here.")

@@ -212,6 +212,10 @@ class CpuVoiceEngine:
                 if audio.size:
                     yield audio
         finally:
+            # A consumer that stops early (closed or cancelled) must not leave
+            # a model call running for nobody.
+            active.cancelled.set()
+            active.run_options.terminate = True
             self._active.pop(request.request_id, None)
 
     # -- blocking work (thread pool) ---------------------------------------
@@ -251,6 +255,8 @@ class CpuVoiceEngine:
         self._synthesize_unit([Clause("Okay", ".")], 1.0, warm)
 
     def _synthesize_unit(self, unit: list[Clause], speed: float, active: _Active) -> np.ndarray:
+        if active.cancelled.is_set():  # aborted while queued behind other work
+            return np.zeros(0, dtype=np.float32)
         ipa = join_clauses(
             [(self._phonemizer.phonemize_clause(c.text), c.punctuation) for c in unit]
         )

@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import opuslib_next as opuslib
 import pytest
+from asr import transcribe, wer
+from live_server import live_server
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.typing import Subprotocol
 
@@ -23,8 +25,6 @@ from gateway.app import create_app
 from gateway.protocol import SUBPROTOCOL, parse_server_event, unpack_audio_frame
 from gateway.settings import GatewaySettings
 from realtime_engine.engines.cpu_voice import CpuVoiceEngine
-from tests.asr import transcribe, wer
-from tests.live_server import live_server
 
 pytestmark = pytest.mark.slow
 

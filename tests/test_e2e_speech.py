@@ -14,12 +14,12 @@ import httpx
 import numpy as np
 import pytest
 import pytest_asyncio
+from asr import transcribe, wer
+from live_server import live_server
 
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
 from realtime_engine.engines.cpu_voice import CpuVoiceEngine
-from tests.asr import transcribe, wer
-from tests.live_server import live_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 

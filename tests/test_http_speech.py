@@ -15,6 +15,7 @@ import httpx
 import numpy as np
 import pytest
 import pytest_asyncio
+from live_server import live_server
 from starlette.applications import Starlette
 
 from gateway.http_speech import routes
@@ -23,7 +24,6 @@ from gateway.state import GatewayState
 from gateway.voices import VoiceLibrary
 from realtime_engine.engines.base import SegmentRequest
 from realtime_engine.engines.fake import FakeEngine
-from tests.live_server import live_server
 
 TEXT = "Twenty characters!!!"  # 20 chars: 1.0 s of fake audio at 0.05 s per char
 FAKE_SECONDS = 1.0

@@ -14,6 +14,7 @@ import pytest
 import pytest_asyncio
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from live_server import live_server
 from starlette.applications import Starlette
 
 from gateway.http_speech import routes
@@ -27,7 +28,6 @@ from gateway.speech_request import (
 from gateway.state import GatewayState
 from gateway.voices import VoiceLibrary
 from realtime_engine.engines.fake import FakeEngine
-from tests.live_server import live_server
 
 module_loop = pytest.mark.asyncio(loop_scope="module")
 

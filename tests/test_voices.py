@@ -14,6 +14,7 @@ import pytest
 import pytest_asyncio
 from hypothesis import given
 from hypothesis import strategies as st
+from live_server import live_server
 from starlette.applications import Starlette
 
 from gateway.http_voices import voice_routes as routes
@@ -30,7 +31,6 @@ from gateway.voices import (
 )
 from realtime_engine.engines.base import SegmentRequest, UnsupportedVoiceError
 from realtime_engine.engines.fake import FakeEngine
-from tests.live_server import live_server
 
 
 def tone(seconds: float, rate: int, hz: float = 220.0) -> np.ndarray:

@@ -7,6 +7,8 @@ not stable in half precision.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import torch
 from torch import nn
@@ -70,14 +72,30 @@ class CodecDecoder(nn.Module):
         """codes [B, Q, T] (int) -> pcm [B, 1, hop * T] float32."""
         self.check_codes(codes)
         device = self.fc2.weight.device
-        latent = self.quantizer.decode(codes.to(device=device, dtype=torch.int64))
-        acoustic = self.fc2(latent).transpose(1, 2)  # [B, acoustic, T]
-        return self.acoustic_decoder(acoustic).float()
+        with _ieee_fp32(device):
+            latent = self.quantizer.decode(codes.to(device=device, dtype=torch.int64))
+            acoustic = self.fc2(latent).transpose(1, 2)  # [B, acoustic, T]
+            return self.acoustic_decoder(acoustic).float()
 
     def decode_numpy(self, codes: np.ndarray) -> np.ndarray:
         """numpy convenience for the streaming decoder: [B, Q, T] -> [B, hop*T]."""
         pcm = self.decode(torch.from_numpy(np.ascontiguousarray(codes, dtype=np.int64)))
         return pcm[:, 0].cpu().numpy()
+
+
+def _ieee_fp32(device: torch.device) -> contextlib.AbstractContextManager[object]:
+    """Full fp32 convolutions on CUDA: TF32 (cuDNN's default) rounds to ~1e-3,
+    which would break chunked == whole decoding, as windows of different
+    lengths get different rounding."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    cudnn = torch.backends.cudnn
+    return cudnn.flags(
+        enabled=cudnn.enabled,
+        benchmark=cudnn.benchmark,
+        deterministic=cudnn.deterministic,
+        allow_tf32=False,
+    )
 
 
 def extract_codec_state(talker_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

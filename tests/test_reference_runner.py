@@ -238,3 +238,25 @@ async def test_duplicate_ids_and_closed_runner_are_rejected(tiny: LoadedTalker) 
         await _collect(it)
     with pytest.raises(TalkerError, match="closed"):
         runner.submit(_request(tiny, "after"))
+
+
+async def test_closing_the_iterator_frees_the_slot(tiny: LoadedTalker) -> None:
+    runner = ReferenceRunner(tiny.model, max_batch=1)
+    try:
+        it = runner.submit(_request(tiny, "quitter", rows=100000))
+        await _collect(it, limit=2)
+        await it.aclose()  # type: ignore[attr-defined]
+        rows = await asyncio.wait_for(_collect(runner.submit(_request(tiny, "next", rows=9))), 20)
+        assert rows.shape == (9, 8)
+    finally:
+        await runner.close()
+
+
+async def test_abort_before_submit_does_not_touch_the_request(tiny: LoadedTalker) -> None:
+    runner = ReferenceRunner(tiny.model)
+    try:
+        await runner.abort("later")
+        rows = await _collect(runner.submit(_request(tiny, "later", rows=9)))
+        assert rows.shape == (9, 8)
+    finally:
+        await runner.close()

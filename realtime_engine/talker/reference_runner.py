@@ -15,6 +15,7 @@ sits out steps until the consumer catches up; others keep going.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -86,6 +87,7 @@ class _Stream:
         self.noise: RequestNoise | None = None
         self.emitted = 0
         self.closed = False
+        self.released = asyncio.Event()  # set on the consumer's loop once the slot is free
 
     def post(self, item: np.ndarray | _End | BaseException) -> bool:
         """Hand ``item`` to the consumer's loop; False when that loop is gone."""
@@ -169,22 +171,32 @@ class ReferenceRunner:
             if not stream.closed:
                 self._request_abort(stream.request.request_id)
 
-    def _request_abort(self, request_id: str) -> None:
+    def _find(self, request_id: str) -> _Stream | None:
+        """Under the lock: the live stream of ``request_id``."""
+        stream = self._active.get(request_id)
+        if stream is None:
+            stream = next((s for s in self._waiting if s.request.request_id == request_id), None)
+        return stream
+
+    def _request_abort(self, request_id: str) -> _Stream | None:
         with self._lock:
-            self._abort_requested.add(request_id)
-            self._lock.notify_all()
+            stream = self._find(request_id)
+            if stream is not None:
+                self._abort_requested.add(request_id)
+                self._lock.notify_all()
+            return stream
 
     async def abort(self, request_id: str) -> None:
-        """Free ``request_id``'s slot; returns once the worker has let go of it."""
-        self._request_abort(request_id)
-        while True:
-            with self._lock:
-                pending = request_id in self._active or any(
-                    s.request.request_id == request_id for s in self._waiting
-                )
-                if not pending or not self._thread.is_alive():
-                    return
-            await asyncio.sleep(0.001)
+        """Free ``request_id``'s slot; returns once the worker has let go of it.
+
+        Call it on the loop that submitted the request.
+        """
+        stream = self._request_abort(request_id)
+        if stream is None:
+            return
+        while not stream.released.is_set() and self._thread.is_alive():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stream.released.wait(), timeout=0.5)
 
     async def close(self) -> None:
         with self._lock:
@@ -209,22 +221,28 @@ class ReferenceRunner:
     def _run(self) -> None:
         with torch.inference_mode():
             while True:
-                with self._lock:
-                    self._apply_aborts()
-                    if self._closing:
-                        break
-                    admit = self._take_admissions()
-                    runnable = [s for s in self._active.values() if s.undelivered < self.queue_rows]
-                    if not admit and not runnable:
-                        self._lock.wait()
-                        continue
-                for stream in admit:
-                    self._prefill(stream)
                 try:
-                    self._step()
+                    if not self._iteration():
+                        break
                 except Exception as e:
                     self._fail_all(TalkerError(f"talker step failed: {e}"), e)
             self._fail_all(TalkerError("the talker runner is closed"), None)
+
+    def _iteration(self) -> bool:
+        """Admit, then step once; False once the runner is closing."""
+        with self._lock:
+            self._apply_aborts()
+            if self._closing:
+                return False
+            admit = self._take_admissions()
+            runnable = [s for s in self._active.values() if s.undelivered < self.queue_rows]
+            if not admit and not runnable:
+                self._lock.wait()
+                return True
+        for stream in admit:
+            self._prefill(stream)
+        self._step()
+        return True
 
     def _apply_aborts(self) -> None:
         """Under the lock: drop aborted requests, waiting or active."""
@@ -341,6 +359,8 @@ class ReferenceRunner:
         stream.closed = True
         if final is not None:
             stream.post(final)
+        with contextlib.suppress(RuntimeError):  # the consumer's loop is gone
+            stream.loop.call_soon_threadsafe(stream.released.set)
 
     def _fail_all(self, error: TalkerError, cause: BaseException | None) -> None:
         """Fail every waiting and running request; the worker then starts clean."""

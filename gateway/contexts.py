@@ -193,6 +193,8 @@ class ContextWorker:
         except asyncio.CancelledError:
             raise
         except Exception as e:
+            if self.cancelled:
+                return  # engines may raise on abort; the cancel already answered
             await self._fail(e)
 
     async def _fail(self, exc: Exception) -> None:
@@ -214,7 +216,7 @@ class ContextWorker:
             )
         detail.context_id = self.context_id
         self._close("failed")
-        await self._out.put(OutEvent(error_event(detail), worker=None))
+        await self._out.put(OutEvent(error_event(detail), worker=self))
         await self._out.put(OutDone(self, "failed", None))
 
     def _close(self, status: str) -> None:

@@ -98,6 +98,8 @@ class Outbound:
                 self._metrics.error(item.event.error.type, item.event.error.code)
             return dump_event(item.event)
         if isinstance(item, OutDone):
+            if item.worker.cancelled:
+                return None
             stats = item.worker.stats
             done = ContextDone(
                 context_id=item.worker.context_id,

@@ -12,7 +12,7 @@ from gateway_support import fake_app
 from starlette.testclient import TestClient
 
 from gateway.protocol import unpack_audio_frame
-from realtime_engine.engines.base import SegmentRequest
+from realtime_engine.engines.base import EngineError, SegmentRequest
 from realtime_engine.engines.fake import FakeEngine
 
 
@@ -22,6 +22,7 @@ def read_until(ws: Any, type_: str, frames: list[bytes]) -> dict[str, Any]:
         if message.get("bytes") is not None:
             frames.append(message["bytes"])
             continue
+        assert "text" in message, message
         event: dict[str, Any] = json.loads(message["text"])
         if event["type"] == type_:
             return event
@@ -104,3 +105,34 @@ def test_unexpected_engine_exceptions_fail_only_their_context() -> None:
         ws.send_text(json.dumps({"type": "text.append", "context_id": "ok", "text": "Fine."}))
         ws.send_text(json.dumps({"type": "context.end", "context_id": "ok"}))
         assert read_until(ws, "context.done", frames)["status"] == "completed"
+
+
+class RaisingOnAbortEngine(FakeEngine):
+    """Some engines end an aborted request by raising instead of returning."""
+
+    async def synthesize(self, request: SegmentRequest) -> AsyncIterator[np.ndarray]:
+        async for chunk in super().synthesize(request):
+            yield chunk
+        if request.request_id in self.log.aborted:
+            raise EngineError(f"{request.request_id} aborted")
+
+
+def test_an_engine_raising_on_abort_adds_nothing_after_cancelled() -> None:
+    engine = RaisingOnAbortEngine(realtime_factor=0.5, chunk_samples=960)
+    frames: list[bytes] = []
+    with TestClient(fake_app(engine)) as client, client.websocket_connect("/v1/realtime") as ws:
+        read_until(ws, "session.created", frames)
+        ws.send_text(
+            json.dumps({"type": "text.append", "context_id": "c", "text": "Zed zed zed. " * 8})
+        )
+        read_until(ws, "segment.started", frames)
+        ws.send_text(json.dumps({"type": "context.cancel", "context_id": "c"}))
+        read_until(ws, "context.cancelled", frames)
+        ws.send_text(json.dumps({"type": "ping", "event_id": "last"}))
+        after: list[dict[str, Any]] = []
+        while not after or after[-1]["type"] != "pong":
+            message = ws.receive()
+            assert message.get("bytes") is None, "a frame after context.cancelled"
+            after.append(json.loads(message["text"]))
+    assert [e["type"] for e in after] == ["pong"]
+    assert engine.log.aborted

@@ -227,10 +227,13 @@ def test_time_cut_speaks_up_to_the_last_word_boundary() -> None:
     assert seg.poll(1249) == []
     cut = seg.poll(1250)
     assert [(s.text, s.reason) for s in cut] == [("Hello there", "timeout")]
-    # " my" arrived at 1000 too: it is overdue but has no decided end yet.
-    assert seg.next_deadline_ms() == 1250
+    # " my" arrived at 1000 too: it is overdue but has no decided end yet, so there is
+    # no deadline to wait for until more text comes.
+    assert seg.next_deadline_ms() is None
     assert seg.poll(1300) == []
     assert [s.text for s in seg.feed(" friend", 1400)] == [" my"]
+    assert seg.next_deadline_ms() is None
+    seg.feed(" is", 1500)
     assert seg.next_deadline_ms() == 1650
 
 
@@ -263,9 +266,11 @@ def test_time_is_measured_from_the_first_unspoken_character() -> None:
     seg.feed("   ", 0)  # whitespace alone is nothing to speak
     assert seg.next_deadline_ms() is None
     seg.feed("one", 50)
+    assert seg.next_deadline_ms() is None  # "one" may still grow
     seg.feed(" two", 120)
     assert seg.next_deadline_ms() == 150
     assert [s.text for s in seg.poll(150)] == ["   one"]
+    seg.feed("!", 130)
     assert seg.next_deadline_ms() == 220
 
 

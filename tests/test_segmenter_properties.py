@@ -156,14 +156,18 @@ def test_time_cuts_keep_text_whole_and_protected(
 ) -> None:
     seg = TextSegmenter(SegmenterConfig(max_buffer_delay_ms=250))
     out: list[Segment] = []
-    now = 0
+    now = 0.0
     for chunk, gap in zip(split(gen.text, cuts), gaps, strict=False):
         out += seg.feed(chunk, now)
-        now += gap
-        out += seg.poll(now)
+        # A timer at each deadline, as a server would run it: every wake-up cuts.
         deadline = seg.next_deadline_ms()
-        if deadline is not None:
-            assert deadline >= now or seg.poll(now) == []
+        while deadline is not None and deadline <= now + gap:
+            now = max(now, deadline)
+            due = seg.poll(now)
+            assert due and all(s.reason == "timeout" for s in due)
+            out += due
+            deadline = seg.next_deadline_ms()
+        now += gap
     out += seg.end()
     if out:
         assert "".join(s.text for s in out) == gen.text[: out[-1].end]

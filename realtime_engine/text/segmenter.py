@@ -100,20 +100,21 @@ class Segment:
         return self.text.strip()
 
 
-_CUM_COMPACT_AT = 1 << 16
-_MAX_TAG_LEN = 68
+_REASONS: dict[Strength, CutReason] = {Strength.SENTENCE: "sentence", Strength.CLAUSE: "clause"}
+# Characters scanned past the length limit before giving up on a nearby cut.
+_VIEW_MARGIN = 256
+# First scan step when looking for a rule cut; steps double from there.
 _FIRST_STEP = 64
+# Longest control tag, for finding one that a new fragment completed.
+_MAX_TAG_LEN = 68
+# Consumed weight entries are dropped once this many pile up.
+_CUM_COMPACT_AT = 1 << 16
 _LEADING_SPACE = re.compile(r"\s*")
 
 
 def _leading_space(text: str) -> int:
     match = _LEADING_SPACE.match(text)
     return 0 if match is None else match.end()
-
-
-# Characters scanned past the length limit before giving up on a nearby cut.
-_VIEW_MARGIN = 256
-_REASONS: dict[Strength, CutReason] = {Strength.SENTENCE: "sentence", Strength.CLAUSE: "clause"}
 
 
 class TextSegmenter:
@@ -143,11 +144,18 @@ class TextSegmenter:
         return self._ended
 
     def next_deadline_ms(self) -> float | None:
-        """When :meth:`poll` may cut by time (auto mode with speakable text), else None."""
+        """When :meth:`poll` will cut by time; None while no time cut is possible.
+
+        None in manual mode, and when the buffered text has no cut a time rule
+        could take (only new text can change that), so a caller's timer never
+        fires in vain. A returned deadline may already have passed: poll now.
+        """
         if self.config.mode != "auto" or self._ended:
             return None
         first = self._first_spoken_arrival()
-        return None if first is None else first + self.config.max_buffer_delay_ms
+        if first is None or self._time_cut_pos() is None:
+            return None
+        return first + self.config.max_buffer_delay_ms
 
     # ------------------------------------------------------------------ input
 
@@ -191,7 +199,7 @@ class TextSegmenter:
 
     def _cut_by_rules(self, final: bool) -> list[Segment]:
         segments = []
-        while self._text.strip():
+        while _leading_space(self._text) < len(self._text):
             choice = self._choose_cut(final)
             if choice is None:
                 break
@@ -250,15 +258,18 @@ class TextSegmenter:
         first = self._first_spoken_arrival()
         if first is None or now_ms - first < self.config.max_buffer_delay_ms:
             return []
+        pos = self._time_cut_pos()
+        return [] if pos is None else [self._emit(pos, "timeout")]
+
+    def _time_cut_pos(self) -> int | None:
+        """Where a time cut would fall: the finished-looking end, else the last decided cut."""
         text = self._text
         pending = pending_tag_start(text)
         body = text if pending is None else text[:pending]
         if body.strip() and ends_safely(body):
-            return [self._emit(len(body), "timeout")]
+            return len(body)
         cuts = self._scanner.advance(text)
-        if not cuts:
-            return []
-        return [self._emit(cuts[-1].pos, "timeout")]
+        return cuts[-1].pos if cuts else None
 
     # ------------------------------------------------------------------ bookkeeping
 

@@ -11,7 +11,12 @@ import torch
 
 from realtime_engine.codec.presets import PRESETS, get_preset
 from realtime_engine.codec.streaming import rows_to_frames
-from realtime_engine.engines.base import EngineError, SegmentRequest, UnsupportedVoiceError
+from realtime_engine.engines.base import (
+    ChunkingParams,
+    EngineError,
+    SegmentRequest,
+    UnsupportedVoiceError,
+)
 from realtime_engine.engines.higgs import CloneVoice, HiggsEngine, codec_decode_fn, speed_tag
 from realtime_engine.model.loader import LoadedTalker, load_talker
 from realtime_engine.model.prompts import build_zero_shot_prompt
@@ -180,6 +185,11 @@ async def test_bad_inputs_are_typed_errors(engine: HiggsEngine) -> None:
         await _chunks(engine.synthesize(_segment("v", voice="nobody")))
     with pytest.raises(EngineError, match="empty"):
         await _chunks(engine.synthesize(_segment("t", text="   ")))
+    bad_chunking = ChunkingParams(
+        first_chunk_frames=0, chunk_frames=1, left_context_frames=0, right_holdback_frames=0
+    )
+    with pytest.raises(EngineError, match="chunking"):
+        await _chunks(engine.synthesize(_segment("k", chunking=bad_chunking)))
     with pytest.raises(EngineError, match="ras_window"):
         await _chunks(
             engine.synthesize(SegmentRequest("r", "hi", sampling=TalkerSampling(ras_window=500)))

@@ -260,3 +260,17 @@ async def test_abort_before_submit_does_not_touch_the_request(tiny: LoadedTalker
         assert rows.shape == (9, 8)
     finally:
         await runner.close()
+
+
+async def test_position_limit_clamps_and_still_closes_the_pattern(tiny: LoadedTalker) -> None:
+    prompt = _prompt(tiny, "hello")
+    runner = ReferenceRunner(tiny.model, max_positions=len(prompt.token_ids) + 20)
+    try:
+        rows = await _collect(runner.submit(TalkerRequest("clamp", prompt, GREEDY, fixed_rows=100)))
+        with pytest.raises(TalkerError, match="no room"):
+            long_prompt = _prompt(tiny, "hello " * 40)
+            await _collect(runner.submit(TalkerRequest("full", long_prompt, GREEDY)))
+    finally:
+        await runner.close()
+    assert rows.shape == (20, 8)
+    np.testing.assert_array_equal(apply_delay(revert_delay(rows)), rows)

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from realtime_engine.codec.errors import CodecInputError, StreamStateError
+from realtime_engine.codec.errors import CodecInputError, InvalidChunkingError, StreamStateError
 from realtime_engine.codec.presets import DEFAULT_PRESET, get_preset
 from realtime_engine.codec.streaming import (
     DecodeFn,
@@ -268,7 +268,10 @@ class HiggsEngine:
 
     async def synthesize(self, request: SegmentRequest) -> AsyncIterator[np.ndarray]:
         talker_request = self._talker_request(request)
-        decoder = StreamingDecoder(self._decode_fn, request.chunking or self._chunking)
+        try:
+            decoder = StreamingDecoder(self._decode_fn, request.chunking or self._chunking)
+        except InvalidChunkingError as e:
+            raise EngineError(f"invalid chunking: {e}") from e
         request_id = request.request_id
         self._running.add(request_id)
         try:

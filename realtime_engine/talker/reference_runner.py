@@ -282,7 +282,9 @@ class ReferenceRunner:
             hidden = self.model.forward_embeds(embeds.unsqueeze(0), [stream.cache])
             stream.hidden = hidden[0, -1]
             stream.noise = RequestNoise(request.sampling.seed, self.device)
-            lo, at = eoc_bounds(request.max_new_tokens, request.fixed_rows)
+            # bounds from the effective cap, so a clamped request still closes its pattern
+            fixed = stream.cap if request.fixed_rows is not None else None
+            lo, at = eoc_bounds(stream.cap, fixed)
             slot = torch.tensor([stream.slot], device=self.device)
             self._termination.reset(slot, torch.tensor([lo]), torch.tensor([at]))
             self._history.index_fill_(0, slot, -1)

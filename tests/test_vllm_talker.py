@@ -34,6 +34,8 @@ pytestmark = [
 
 T = TypeVar("T")
 GREEDY = TalkerSampling(temperature=0.0)
+BLOCK_SIZE = 32  # CPU attention needs multiples of 32
+KV_BLOCKS = 5  # one block is vLLM's reserved null block: 128 usable tokens
 TEXTS = ("hello world", "the quick brown fox jumps over the lazy dog", "thank you")
 
 
@@ -72,8 +74,16 @@ def engine(tiny_checkpoint: Path) -> Iterator[tuple[Any, LoopThread]]:
     loops = LoopThread()
 
     async def start() -> VllmTalkerRunner:
+        # A deliberately small KV cache (4 usable blocks of 32 tokens) so that concurrent
+        # requests get preempted and recomputed.
         return VllmTalkerRunner.from_model_dir(
-            tiny_checkpoint, max_num_seqs=4, max_model_len=512, dtype="float32", enforce_eager=True
+            tiny_checkpoint,
+            max_num_seqs=4,
+            max_model_len=(KV_BLOCKS - 1) * BLOCK_SIZE,
+            dtype="float32",
+            enforce_eager=True,
+            block_size=BLOCK_SIZE,
+            num_gpu_blocks_override=KV_BLOCKS,
         )
 
     runner = loops.run(start(), timeout=900)
@@ -173,7 +183,7 @@ def test_abort_stops_the_request_and_frees_its_slot(
     runner, loops = engine
 
     async def abort_midway() -> tuple[int, float]:
-        it = runner.submit(TalkerRequest("long", prompts[0], GREEDY, max_new_tokens=400))
+        it = runner.submit(TalkerRequest("long", prompts[0], GREEDY, max_new_tokens=100))
         got = 0
         async for _ in it:
             got += 1
@@ -194,7 +204,7 @@ def test_consumer_leaving_early_aborts_the_engine_side(
     engine: tuple[Any, LoopThread], prompts: list[TalkerPrompt]
 ) -> None:
     runner, loops = engine
-    rows = loops.run(generate(runner, TalkerRequest("early", prompts[2], GREEDY, 400), limit=2))
+    rows = loops.run(generate(runner, TalkerRequest("early", prompts[2], GREEDY, 100), limit=2))
     assert rows.shape == (2, 8)
     # resubmitting the same id only works once the engine forgot the old one
     again = loops.run(generate(runner, TalkerRequest("early", prompts[2], GREEDY, 10)))
@@ -212,3 +222,25 @@ def test_bad_requests_fail_with_talker_errors(
 
     with pytest.raises(TalkerError, match="placeholders"):
         loops.run(submit())
+
+
+def test_preempted_requests_resume_with_their_audio_history(
+    engine: tuple[Any, LoopThread], prompts: list[TalkerPrompt]
+) -> None:
+    """Two 80-row requests need 2 x 3 blocks of the 4: one is preempted and recomputed."""
+    runner, loops = engine
+    rows = 80
+
+    def request(rid: str, i: int) -> TalkerRequest:
+        return TalkerRequest(rid, prompts[i], GREEDY, fixed_rows=rows)
+
+    alone = [loops.run(generate(runner, request(f"pre-alone{i}", i))) for i in (0, 1)]
+
+    async def together() -> list[np.ndarray]:
+        return list(
+            await asyncio.gather(*(generate(runner, request(f"pre-both{i}", i)) for i in (0, 1)))
+        )
+
+    for got, expected in zip(loops.run(together()), alone, strict=True):
+        assert got.shape == (rows, 8)
+        np.testing.assert_array_equal(got, expected)

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -84,6 +86,7 @@ class HiggsModelState(DefaultModelState):
         self.slot_of: dict[str, int] = {}
         self.args_of_slot: dict[int, TalkerArgs] = {}
         self.publisher = RowPublisher(device)
+        self._saved: OrderedDict[str, _SavedSlot] = OrderedDict()
         self.fallback_eos = int(
             getattr(vllm_config.model_config.hf_config.get_text_config(), "eos_token_id", 0) or 0
         )
@@ -107,12 +110,17 @@ class HiggsModelState(DefaultModelState):
             self.eos_token[slot] = self.fallback_eos
             return
         self.args_of_slot[slot] = args
+        saved = self._saved.pop(new_req_data.req_id, None)
         if prefill is not None and len(prefill) > prompt_len:
-            # A preempted request resumes with its generated tokens as prefill; their
-            # audio embeddings are gone with the slot, so continuing would diverge.
-            self.live[slot] = False
-            self.eos_token[slot] = args.eos_token_id
-            self.publisher.fail(args, "request was preempted; size the KV cache for max_num_seqs")
+            # A preempted request resumes with its generated tokens as prefill: their
+            # audio embeddings must come from the rows it had produced.
+            if saved is None:
+                self.live[slot] = False
+                self.eos_token[slot] = args.eos_token_id
+                self.publisher.fail(args, "resumed request has no saved audio history")
+                return
+            self._apply_params(slot, args)
+            saved.restore(self, slot)
             return
         if args.ref_rows:
             end = args.ref_offset + len(args.ref_rows)
@@ -122,6 +130,14 @@ class HiggsModelState(DefaultModelState):
             self.codes_by_pos[slot, args.ref_offset : end] = rows.to(self.device)
             self.audio_at_pos[slot, args.ref_offset : end] = True
         self.live[slot] = True
+        self._apply_params(slot, args)
+        self.termination.reset(
+            idx,
+            torch.tensor([args.eoc_not_before], device=self.device),
+            torch.tensor([args.eoc_at], device=self.device),
+        )
+
+    def _apply_params(self, slot: int, args: TalkerArgs) -> None:
         self.audio_token[slot] = args.audio_token_id
         self.eos_token[slot] = args.eos_token_id
         self.temperature[slot] = args.temperature
@@ -130,18 +146,18 @@ class HiggsModelState(DefaultModelState):
         self.seed[slot] = args.seed
         self.ras_window[slot] = args.ras_window
         self.ras_max_repeat[slot] = args.ras_max_repeat
-        self.termination.reset(
-            idx,
-            torch.tensor([args.eoc_not_before], device=self.device),
-            torch.tensor([args.eoc_at], device=self.device),
-        )
 
     def remove_request(self, req_id: str) -> None:
         super().remove_request(req_id)
         slot = self.slot_of.pop(req_id, None)  # also called for ids never added
         if slot is None:
             return
-        self.args_of_slot.pop(slot, None)
+        if self.args_of_slot.pop(slot, None) is not None:
+            # Finished and preempted look alike here: keep the audio history in case
+            # the request comes back (bounded; the oldest entries go first).
+            self._saved[req_id] = _SavedSlot.take(self, slot)
+            while len(self._saved) > 2 * self.max_num_reqs:
+                self._saved.popitem(last=False)
         self.live[slot] = False
 
     # -- per-step inputs -----------------------------------------------------
@@ -232,6 +248,42 @@ class HiggsModelState(DefaultModelState):
         )
         stop = done | ~self.live[slots]
         return torch.where(stop, self.eos_token[slots], self.audio_token[slots])
+
+
+@dataclass(frozen=True)
+class _SavedSlot:
+    """A slot's audio history and machine state, copied on the device."""
+
+    codes: torch.Tensor
+    audio: torch.Tensor
+    live: torch.Tensor
+    step: torch.Tensor
+    eoc_step: torch.Tensor
+    eoc_not_before: torch.Tensor
+    eoc_at: torch.Tensor
+
+    @classmethod
+    def take(cls, state: HiggsModelState, slot: int) -> _SavedSlot:
+        t = state.termination
+        return cls(
+            codes=state.codes_by_pos[slot].clone(),
+            audio=state.audio_at_pos[slot].clone(),
+            live=state.live[slot].clone(),
+            step=t.step[slot].clone(),
+            eoc_step=t.eoc_step[slot].clone(),
+            eoc_not_before=t.eoc_not_before[slot].clone(),
+            eoc_at=t.eoc_at[slot].clone(),
+        )
+
+    def restore(self, state: HiggsModelState, slot: int) -> None:
+        t = state.termination
+        state.codes_by_pos[slot] = self.codes
+        state.audio_at_pos[slot] = self.audio
+        state.live[slot] = self.live
+        t.step[slot] = self.step
+        t.eoc_step[slot] = self.eoc_step
+        t.eoc_not_before[slot] = self.eoc_not_before
+        t.eoc_at[slot] = self.eoc_at
 
 
 class HiggsCodeSampler:

@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 
 def _legend(ax: Any) -> None:
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper left")
 
 
 def _series(result: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:

@@ -36,13 +36,14 @@ class SweepConfig:
         return out
 
 
-def stream_row(record: StreamRecord, level: float) -> dict[str, Any]:
+def stream_row(record: StreamRecord, level: float, in_window: bool) -> dict[str, Any]:
     """One compact line per stream for the JSON (no per-chunk data)."""
     m = derive(record)
     return {
         "target": record.target,
         "level": level,
         "stream": record.stream_id,
+        "in_window": in_window,
         "ok": m.ok,
         "error": record.error,
         "text_chars": record.text_chars,
@@ -107,7 +108,8 @@ async def sweep(
         summary["target"] = label
         summary["samples"] = level_samples(result)
         levels.append(summary)
-        rows.extend(stream_row(r, level) for r in result.records)
+        measured = {id(r) for r in result.in_window()}
+        rows.extend(stream_row(r, level, id(r) in measured) for r in result.records)
         if progress:
             print(format_level(summary), file=sys.stderr)
     return levels, rows

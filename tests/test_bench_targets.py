@@ -1,0 +1,55 @@
+"""Stream functions against a real gateway: the WebSocket target through the SDK
+(paced text) and the streaming-PCM HTTP target (as used for the peer)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.records import derive
+from bench.server import gateway_app, serve
+from bench.targets import GatewayTarget, SpeechHttpTarget
+from bench.textfeed import tokenize
+from realtime_engine.engines.fake import FakeEngine
+
+TEXT = "Pacing a sentence token by token, like a language model."
+
+
+async def test_gateway_target_paces_text_and_records_everything() -> None:
+    rate = 40.0
+    async with serve(gateway_app(FakeEngine(first_chunk_delay_s=0.02))) as url:
+        target = GatewayTarget(url, tokens_per_s=rate, output_format="opus")
+        record = await target(7, TEXT)
+    assert record.ok, record.error
+    assert record.t_first_text is not None and record.t_last_text is not None
+    # the last token leaves (n - 1) / rate after the first, never earlier
+    assert record.t_last_text - record.t_first_text >= (len(tokenize(TEXT)) - 1) / rate - 1e-3
+    assert record.t_start <= record.t_connected <= record.t_first_text  # type: ignore[operator]
+    assert record.t_first_text < record.t_first_audio_byte <= record.t_first_sample  # type: ignore[operator]
+    assert record.server_metrics is not None and record.server_metrics["ttfa_ms"] > 0
+    assert record.segments and record.segments[0][0] == 0
+    pts = [c.pts_ms for c in record.chunks]
+    assert pts == sorted(pts) and all(c.duration_ms == 20.0 for c in record.chunks)
+    m = derive(record)
+    assert m.audio_s == pytest.approx(len(record.chunks) * 0.02)
+    assert m.ttfa_s is not None and m.ttfa_s >= 0.02
+
+
+async def test_http_target_streams_pcm() -> None:
+    engine = FakeEngine()
+    async with serve(gateway_app(engine)) as url:
+        target = SpeechHttpTarget(url, label="gateway-http")
+        try:
+            record = await target(1, TEXT)
+            refused = await SpeechHttpTarget(url + "/nowhere")(2, TEXT)
+        finally:
+            await target.aclose()
+    assert record.ok, record.error
+    assert record.target == "gateway-http"
+    total_bytes = sum(c.nbytes for c in record.chunks)
+    assert total_bytes % 2 == 0
+    m = derive(record)
+    assert m.audio_s == pytest.approx(total_bytes / 48000)
+    assert m.audio_s >= 0.9 * len(TEXT) * engine.config.seconds_per_char
+    # chunk pts are the running byte count, in ms
+    assert [c.pts_ms for c in record.chunks][:2] == [0.0, record.chunks[0].duration_ms]
+    assert not refused.ok and refused.error is not None and "HTTP 404" in refused.error

@@ -90,13 +90,9 @@ def _say(message: str) -> None:
     print(f"speech-gateway: {message}", flush=True)
 
 
-async def serve(
-    settings: GatewaySettings,
-    engine: SpeechEngine,
-    log_level: str = "info",
-    say: Callable[[str], None] = _say,
-) -> bool:
-    """Serve until interrupted; False when the server never started (engine failed)."""
+def build_server(
+    settings: GatewaySettings, engine: SpeechEngine, log_level: str = "info"
+) -> uvicorn.Server:
     app = create_app(settings, engine)
     config = uvicorn.Config(
         app,
@@ -110,7 +106,17 @@ async def serve(
         ws_ping_interval=settings.ws_ping_interval_s,
         ws_ping_timeout=settings.ws_ping_timeout_s,
     )
-    server = uvicorn.Server(config)
+    return uvicorn.Server(config)
+
+
+async def serve(
+    settings: GatewaySettings,
+    engine: SpeechEngine,
+    log_level: str = "info",
+    say: Callable[[str], None] = _say,
+) -> bool:
+    """Serve until interrupted; False when the server never started (engine failed)."""
+    server = build_server(settings, engine, log_level)
     task = asyncio.create_task(server.serve())
     say(f"warming up the {engine.name} engine ({engine.model_id})")
     started = time.perf_counter()

@@ -12,8 +12,12 @@ import sys
 
 import pytest
 from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
 
-from gateway.cli import build_parser, resolve_engine_kind, settings_from_args
+from gateway.cli import build_parser, build_server, resolve_engine_kind, settings_from_args
+from gateway.protocol import Limits
+from gateway.settings import GatewaySettings
+from realtime_engine.engines.fake import FakeEngine
 
 
 @pytest.mark.parametrize(
@@ -97,3 +101,27 @@ async def test_serve_process_prints_its_url_and_speaks() -> None:
         proc.send_signal(signal.SIGINT)
         code = await asyncio.to_thread(proc.wait, 20)
     assert code == 0
+
+
+async def test_server_transport_limits_and_pings() -> None:
+    settings = GatewaySettings(port=0, limits=Limits(max_message_bytes=1000), ws_ping_interval_s=5)
+    server = build_server(settings, FakeEngine(), log_level="warning")
+    assert server.config.ws_ping_interval == 5 and server.config.ws_max_size == 2000
+    task = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            assert not task.done()
+            await asyncio.sleep(0.01)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        async with connect(f"ws://127.0.0.1:{port}/v1/realtime") as ws:
+            assert json.loads(await ws.recv())["type"] == "session.created"
+            over = {"type": "text.append", "context_id": "c", "text": "x" * 1200}
+            await ws.send(json.dumps(over))
+            assert json.loads(await ws.recv())["error"]["code"] == "message_too_big"
+            await ws.send(json.dumps({**over, "text": "x" * 3000}))  # past what the transport takes
+            with pytest.raises(ConnectionClosed) as info:
+                await asyncio.wait_for(ws.recv(), 10)
+            assert info.value.rcvd is not None and info.value.rcvd.code == 1009
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 10)

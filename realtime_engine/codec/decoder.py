@@ -35,9 +35,12 @@ NUM_QUANTIZERS = 8
 class CodecDecoder(nn.Module):
     """RVQ decode + fc2 + DAC decoder; parameter names are the bundled ones."""
 
-    def __init__(self, dims: CodecDims) -> None:
+    def __init__(self, dims: CodecDims, allow_tf32: bool = False) -> None:
         super().__init__()
         self.dims = dims
+        # TF32 convolutions are ~2x faster on large batches but round to ~1e-3,
+        # so chunked output no longer equals whole decoding (CUDA only).
+        self.allow_tf32 = allow_tf32
         self.quantizer = ResidualVQ(dims)
         self.fc2 = nn.Linear(dims.latent_dim, dims.acoustic_dim)
         self.acoustic_decoder = DacDecoder(dims)
@@ -72,7 +75,7 @@ class CodecDecoder(nn.Module):
         """codes [B, Q, T] (int) -> pcm [B, 1, hop * T] float32."""
         self.check_codes(codes)
         device = self.fc2.weight.device
-        with _ieee_fp32(device):
+        with _ieee_fp32(device, self.allow_tf32):
             latent = self.quantizer.decode(codes.to(device=device, dtype=torch.int64))
             acoustic = self.fc2(latent).transpose(1, 2)  # [B, acoustic, T]
             return self.acoustic_decoder(acoustic).float()
@@ -83,11 +86,11 @@ class CodecDecoder(nn.Module):
         return pcm[:, 0].cpu().numpy()
 
 
-def _ieee_fp32(device: torch.device) -> contextlib.AbstractContextManager[object]:
+def _ieee_fp32(device: torch.device, allow_tf32: bool) -> contextlib.AbstractContextManager[object]:
     """Full fp32 convolutions on CUDA: TF32 (cuDNN's default) rounds to ~1e-3,
     which would break chunked == whole decoding, as windows of different
     lengths get different rounding."""
-    if device.type != "cuda":
+    if device.type != "cuda" or allow_tf32:
         return contextlib.nullcontext()
     cudnn = torch.backends.cudnn
     return cudnn.flags(
@@ -141,13 +144,14 @@ def load_codec_decoder(
     state_dict: dict[str, torch.Tensor],
     device: str | torch.device = "cpu",
     num_quantizers: int = NUM_QUANTIZERS,
+    allow_tf32: bool = False,
 ) -> CodecDecoder:
     """Build the decoder from bundled-layout tensors (keys relative to
     ``CODEC_PREFIX``), strictly: missing, misshapen or unknown tensors raise
     typed ``CheckpointError``s that name the key."""
     dims = validate_codec_state(state_dict, num_quantizers)
     expected = decoder_key_shapes(dims)
-    module = CodecDecoder(dims)
+    module = CodecDecoder(dims, allow_tf32=allow_tf32)
     tensors: dict[str, torch.Tensor] = {}
     for key in expected:
         value = state_dict[key]

@@ -58,7 +58,20 @@ def summarize_level(
         "underruns_total": sum(m.underruns for m in ok),
         "streams_with_underrun": sum(1 for m in ok if m.underruns),
         "min_lead_ms": summarize(_ms([m.min_lead_s for m in ok]), 2),
+        "server_metrics": server_metric_summaries(
+            [r.server_metrics or {} for r in measured if r.ok]
+        ),
     }
+
+
+def server_metric_summaries(metrics: list[dict[str, Any]]) -> dict[str, dict[str, float | int]]:
+    """A summary per numeric field of the server's ``context.done`` metrics."""
+    keys = sorted({k for m in metrics for k, v in m.items() if _numeric(v)})
+    return {k: summarize([m[k] for m in metrics if _numeric(m.get(k))], 3) for k in keys}
+
+
+def _numeric(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def level_samples(result: LoadResult) -> dict[str, list[float]]:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from bench.load import closed_loop, open_loop, poisson_arrivals
 from bench.overhead import ContextTrace, frame_lateness, unique_text, unique_word
 from bench.records import ChunkArrival, StreamRecord, audio_in_window, derive
-from bench.report import summarize_level
+from bench.report import server_metric_summaries, summarize_level
 from bench.stamping import ChunkStamp, emit_time_of, text_key
 from bench.textfeed import TEXTS, schedule, tokenize
 
@@ -181,3 +181,14 @@ def test_frame_lateness_matches_frames_to_engine_chunks() -> None:
 def test_stamp_lookup() -> None:
     stamps = [ChunkStamp(0, 100, 1.0), ChunkStamp(100, 50, 2.0)]
     assert [emit_time_of(stamps, s) for s in (0, 99, 100, 149, 150)] == [1.0, 1.0, 2.0, 2.0, None]
+
+
+def test_server_metric_summaries_cover_numeric_fields() -> None:
+    rows = [
+        {"ttfa_ms": 100.0, "queue_ms": 5.0, "segments": 2, "note": "x", "flag": True},
+        {"ttfa_ms": 300.0, "queue_ms": None, "segments": 4},
+    ]
+    out = server_metric_summaries(rows)
+    assert set(out) == {"ttfa_ms", "queue_ms", "segments"}
+    assert out["ttfa_ms"]["p50"] == 200.0 and out["ttfa_ms"]["n"] == 2
+    assert out["queue_ms"]["n"] == 1 and out["segments"]["max"] == 4

@@ -22,8 +22,9 @@ class GatewaySettings(BaseModel):
     token_ttl_s: float = Field(default=60.0, gt=0)
     max_token_ttl_s: float = Field(default=600.0, gt=0)
     limits: Limits = Field(default_factory=Limits)
-    max_sessions_per_key: int = Field(default=100, ge=1)
-    max_contexts_per_key: int = Field(default=400, ge=1)
+    # Per API key, across its sessions (only when keys are configured).
+    max_sessions_per_key: int = Field(default=1000, ge=1)
+    max_contexts_per_key: int = Field(default=8000, ge=1)
     # Protocol-level keepalive pings sent by the server (uvicorn).
     ws_ping_interval_s: float = Field(default=20.0, gt=0)
     ws_ping_timeout_s: float = Field(default=20.0, gt=0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from gateway.auth import Authenticator
+from gateway.auth import ANONYMOUS, Authenticator
 from gateway.metrics import GatewayMetrics
 from gateway.settings import GatewaySettings
 from realtime_engine.engines.base import SpeechEngine, UnsupportedVoiceError
@@ -58,6 +58,8 @@ class Admission:
         """Why a new session of ``key_id`` would be refused, or None."""
         if self.sessions >= self.max_sessions:
             return "server"
+        if key_id == ANONYMOUS:
+            return None  # an open server has no keys to limit
         if self.sessions_by_key.get(key_id, 0) >= self.max_sessions_per_key:
             return "key"
         return None
@@ -76,7 +78,7 @@ class Admission:
 
     def try_open_context(self, key_id: str) -> bool:
         count = self.contexts_by_key.get(key_id, 0)
-        if count >= self.max_contexts_per_key:
+        if key_id != ANONYMOUS and count >= self.max_contexts_per_key:
             return False
         self.contexts_by_key[key_id] = count + 1
         return True

@@ -254,3 +254,17 @@ async def test_ready_is_503_until_the_engine_is_warm() -> None:
     with client.websocket_connect("/v1/realtime") as ws:
         assert json.loads(ws.receive_text())["error"]["type"] == "engine_overloaded"
         assert ws.receive()["code"] == CLOSE_TRY_AGAIN
+
+
+async def test_per_key_limits_do_not_apply_to_an_open_server() -> None:
+    app = fake_app(max_sessions_per_key=1, max_contexts_per_key=1)
+    async with (
+        serve(app) as url,
+        connect(f"{url}/v1/realtime") as first,
+        connect(f"{url}/v1/realtime") as second,
+    ):
+        await until(first, "session.created")
+        await until(second, "session.created")
+        for ws in (first, second):
+            await send(ws, type="text.append", context_id="c", text="x")
+            await until(ws, "context.created")

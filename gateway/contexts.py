@@ -139,6 +139,7 @@ class ContextWorker:
         self._encode_inline_max_ms = encode_inline_max_ms
         self._on_closed = on_closed
         self._on_queue_change = on_queue_change
+        self._queued_segments = 0
         self._inbox: asyncio.Queue[Speak | Flush | EndContext] = asyncio.Queue()
         out = spec.config.output
         self._binary = spec.config.audio_transport == "binary"
@@ -167,6 +168,7 @@ class ContextWorker:
             if self.stats.first_ready_at is None:
                 self.stats.first_ready_at = item.ready_at
                 self.stats.first_segment_chars = len(item.text)
+            self._queued_segments += 1
             self._on_queue_change(1)
         self._inbox.put_nowait(item)
 
@@ -174,9 +176,10 @@ class ContextWorker:
 
     async def _run(self) -> None:
         try:
-            while True:
+            while not self.cancelled:
                 item = await self._inbox.get()
                 if isinstance(item, Speak):
+                    self._queued_segments -= 1
                     self._on_queue_change(-1)
                     await self._speak(item)
                 elif isinstance(item, Flush):
@@ -219,7 +222,16 @@ class ContextWorker:
         await self._out.put(OutEvent(error_event(detail), worker=self))
         await self._out.put(OutDone(self, "failed", None))
 
+    def discard_queued(self) -> None:
+        """Drop work that will never reach the engine (and its queue-depth count)."""
+        while not self._inbox.empty():
+            self._inbox.get_nowait()
+        if self._queued_segments:
+            self._on_queue_change(-self._queued_segments)
+            self._queued_segments = 0
+
     def _close(self, status: str) -> None:
+        self.discard_queued()
         if not self.finished:
             self.finished = True
             self._on_closed(self, status)

@@ -185,6 +185,7 @@ class SessionPipeline:
         # from here on), then the engine abort (while the request still runs),
         # then the task.
         worker.cancelled = True
+        worker.discard_queued()
         if not worker.finished:
             worker.finished = True
             self.workers.pop(worker.key, None)

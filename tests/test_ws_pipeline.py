@@ -136,3 +136,26 @@ def test_an_engine_raising_on_abort_adds_nothing_after_cancelled() -> None:
             after.append(json.loads(message["text"]))
     assert [e["type"] for e in after] == ["pong"]
     assert engine.log.aborted
+
+
+def test_queue_depth_returns_to_zero_after_cancels_and_failures() -> None:
+    engine = FakeEngine(realtime_factor=0.5, chunk_samples=960, fail_on="Boom")
+    app = fake_app(engine)
+    gauge = app.state.gateway.metrics.queue_depth
+    frames: list[bytes] = []
+    with TestClient(app) as client, client.websocket_connect("/v1/realtime") as ws:
+        read_until(ws, "session.created", frames)
+        many = "One two three. " * 6
+        ws.send_text(json.dumps({"type": "text.append", "context_id": "c", "text": many}))
+        read_until(ws, "segment.started", frames)
+        assert gauge._value.get() >= 4  # later segments wait their turn
+        ws.send_text(json.dumps({"type": "context.cancel", "context_id": "c"}))
+        read_until(ws, "context.cancelled", frames)
+        failing = "Boom goes one. " * 4
+        ws.send_text(json.dumps({"type": "text.append", "context_id": "f", "text": failing}))
+        message: dict[str, Any] = {"type": ""}
+        while message["type"] != "context.done":
+            raw = ws.receive()
+            if raw.get("text") is not None:
+                message = json.loads(raw["text"])
+    assert gauge._value.get() == 0

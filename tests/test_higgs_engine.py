@@ -110,6 +110,17 @@ async def test_max_new_tokens_caps_the_audio(engine: HiggsEngine) -> None:
     assert sum(c.size for c in chunks) == 5 * HOP
 
 
+async def test_duplicate_request_id_does_not_disturb_the_first(engine: HiggsEngine) -> None:
+    first = engine.synthesize(_segment("same", frames=3000, chunking=get_preset("latency")))
+    await _chunks(first, limit=1)
+    with pytest.raises(EngineError, match="already running"):
+        await _chunks(engine.synthesize(_segment("same", frames=4)))
+    # the first is still known to the engine, so abort reaches it
+    await engine.abort("same")
+    rest = await asyncio.wait_for(_chunks(first), timeout=10)
+    assert sum(c.size for c in rest) < 3000 * HOP
+
+
 async def test_abort_stops_the_segment(engine: HiggsEngine) -> None:
     it = engine.synthesize(_segment("long", frames=3000, chunking=get_preset("latency")))
     first = await _chunks(it, limit=1)

@@ -273,12 +273,13 @@ class HiggsEngine:
         except InvalidChunkingError as e:
             raise EngineError(f"invalid chunking: {e}") from e
         request_id = request.request_id
-        self._running.add(request_id)
+        if request_id in self._running:
+            raise EngineError(f"request id {request_id!r} is already running")
         try:
             rows = self._runner.submit(talker_request)
         except TalkerError as e:
-            self._running.discard(request_id)
             raise EngineError(f"talker rejected {request_id!r}: {e}") from e
+        self._running.add(request_id)
         try:
             async for row in rows:
                 for job in decoder.plan_feed(row):

@@ -8,7 +8,7 @@ is what vLLM's Qwen3 layers read through ``get_text_config()``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from transformers import PretrainedConfig, Qwen3Config
 
@@ -35,7 +35,7 @@ def _text_config(raw: dict[str, Any] | Qwen3Config | None) -> Qwen3Config:
 
 class HiggsMultimodalQwen3Config(PretrainedConfig):
     model_type = MODEL_TYPE
-    sub_configs = {"text_config": Qwen3Config}
+    sub_configs: ClassVar[dict[str, type[PretrainedConfig]]] = {"text_config": Qwen3Config}
 
     def __init__(
         self,

@@ -41,6 +41,9 @@ class ModelRunnerV2Required(RuntimeError):
 
 
 class HiggsMultimodalQwen3ForConditionalGeneration(nn.Module):
+    audio_codes: torch.Tensor
+    audio_mask: torch.Tensor
+
     def __init__(self, *, vllm_config: VllmConfig, prefix: str = "") -> None:
         super().__init__()
         if not vllm_config.use_v2_model_runner:

@@ -28,7 +28,10 @@ _QUEUE_STEPS = 64
 
 @dataclass(frozen=True)
 class StepRows:
-    """One step on the device: ``rows`` int64 ``[B, N]``; ``valid``, ``done`` bool and ``index`` int64 ``[B]``."""
+    """One step on the device.
+
+    ``rows`` int64 ``[B, N]``; ``valid``, ``done`` bool and ``index`` int64 ``[B]``.
+    """
 
     rows: torch.Tensor
     valid: torch.Tensor
@@ -100,7 +103,7 @@ class RowPublisher:
                     assert isinstance(failed, TalkerArgs) and isinstance(reason, str)
                     self._pusher.push_failure(failed.endpoint, failed.correlation_id, reason)
                     continue
-                event, host, args = item  # type: ignore[misc]
+                event, host, args = item
                 event.synchronize()
                 self._send(host.numpy(), args)
             except Exception:

@@ -8,6 +8,7 @@ one PULL socket and hands rows to per-request queues.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import tempfile
@@ -131,7 +132,5 @@ class RowReceiver:
         self._pull.close(linger=0)
         self._ctx.term()
         if self.endpoint.startswith("ipc://"):
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.endpoint[len("ipc://") :])
-            except FileNotFoundError:
-                pass

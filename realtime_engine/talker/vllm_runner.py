@@ -18,7 +18,7 @@ import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -124,7 +124,7 @@ class VllmTalkerRunner:
         args = AsyncEngineArgs(
             model=str(model_dir),
             skip_tokenizer_init=True,
-            dtype=dtype,
+            dtype=cast(Any, dtype),
             max_num_seqs=max_num_seqs,
             max_model_len=max_model_len,
             enforce_eager=enforce_eager,
@@ -225,7 +225,9 @@ class VllmTalkerRunner:
                 try:
                     item = await asyncio.wait_for(stream.queue.get(), timeout)
                 except TimeoutError as e:
-                    raise TalkerError(f"rows {received}..{limit - 1} never arrived") from e
+                    raise TalkerError(
+                        f"only {received} of the {limit} rows vLLM counted arrived"
+                    ) from e
                 if isinstance(item, RowEvent):
                     if item.header.index != received:
                         raise TalkerError(

@@ -31,7 +31,7 @@ import dataclasses
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -54,7 +54,7 @@ class HiggsModelState(DefaultModelState):
         self, vllm_config: VllmConfig, model: nn.Module, encoder_cache: Any, device: torch.device
     ) -> None:
         super().__init__(vllm_config, model, encoder_cache, device)
-        cfg = model.talker_config  # type: ignore[attr-defined]
+        cfg = cast(Any, model).talker_config
         self.num_codebooks: int = cfg.num_codebooks
         self.codebook_vocab: int = cfg.codebook_vocab
         if vllm_config.cache_config.enable_prefix_caching:
@@ -164,7 +164,7 @@ class HiggsModelState(DefaultModelState):
 
     def prepare_inputs(self, input_batch: Any, req_states: Any) -> dict[str, Any]:
         out = super().prepare_inputs(input_batch, req_states)
-        model = self.model
+        model = cast(Any, self.model)
         n = input_batch.num_tokens
         n_pad = input_batch.num_tokens_after_padding
         num_reqs = input_batch.num_reqs
@@ -182,7 +182,7 @@ class HiggsModelState(DefaultModelState):
         return out
 
     def prepare_dummy_inputs(self, num_reqs: int, num_tokens: int) -> dict[str, Any]:
-        self.model.audio_mask[:num_tokens] = False
+        cast(Any, self.model).audio_mask[:num_tokens] = False
         return super().prepare_dummy_inputs(num_reqs, num_tokens)
 
     def custom_sampler(self, sampler: Any) -> tuple[Any, Any]:
@@ -191,7 +191,7 @@ class HiggsModelState(DefaultModelState):
     # -- sampling --------------------------------------------------------------
 
     def _history(self, slots: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
-        """The last ``MAX_RAS_WINDOW`` codes per codebook ``[B, N, W]``, oldest first, -1 if none."""
+        """The last ``MAX_RAS_WINDOW`` codes per codebook ``[B, N, W]``, oldest first (-1: none)."""
         back = torch.arange(MAX_RAS_WINDOW, 0, -1, device=self.device)
         index = step.unsqueeze(1) - back
         pos = (self.prompt_len[slots].unsqueeze(1) + index).clamp(0, self.max_len - 1)

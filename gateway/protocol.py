@@ -10,16 +10,37 @@ from __future__ import annotations
 
 import itertools
 import json
-import struct
-from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+
+from gateway.protocol_config import NATIVE_SAMPLE_RATE as NATIVE_SAMPLE_RATE
+from gateway.protocol_config import PRESETS as PRESETS
+from gateway.protocol_config import READ_ONLY_SESSION_FIELDS as READ_ONLY_SESSION_FIELDS
+from gateway.protocol_config import AudioFormat as AudioFormat
+from gateway.protocol_config import Chunking as Chunking
+from gateway.protocol_config import ContextId, VoiceId, _Lenient, _Strict
+from gateway.protocol_config import FrameMs as FrameMs
+from gateway.protocol_config import LatencyPreset as LatencyPreset
+from gateway.protocol_config import Limits as Limits
+from gateway.protocol_config import OutputConfig as OutputConfig
+from gateway.protocol_config import SampleRate as SampleRate
+from gateway.protocol_config import Sampling as Sampling
+from gateway.protocol_config import SessionConfig as SessionConfig
+from gateway.protocol_config import TextBuffering as TextBuffering
+from gateway.protocol_config import apply_session_update as apply_session_update
+from gateway.protocol_frames import FRAME_HEADER as FRAME_HEADER
+from gateway.protocol_frames import FRAME_HEADER_BYTES as FRAME_HEADER_BYTES
+from gateway.protocol_frames import FRAME_KIND_AUDIO as FRAME_KIND_AUDIO
+from gateway.protocol_frames import FRAME_VERSION as FRAME_VERSION
+from gateway.protocol_frames import MAX_STREAM as MAX_STREAM
+from gateway.protocol_frames import AudioFrame as AudioFrame
+from gateway.protocol_frames import pack_audio_frame as pack_audio_frame
+from gateway.protocol_frames import unpack_audio_frame as unpack_audio_frame
 
 PROTOCOL_VERSION = 1
 SUBPROTOCOL = "speech.v1"
-NATIVE_SAMPLE_RATE: Final = 24000
 
 # WebSocket close codes.
 CLOSE_NORMAL = 1000
@@ -27,135 +48,6 @@ CLOSE_POLICY = 1008
 CLOSE_TOO_BIG = 1009
 CLOSE_SERVER_ERROR = 1011
 CLOSE_TRY_AGAIN = 1013
-
-AudioFormat = Literal["opus", "pcm16", "pcm_f32", "mulaw"]
-SampleRate = Literal[8000, 16000, 24000, 48000]
-FrameMs = Literal[10, 20, 40, 60]
-LatencyPreset = Literal["latency", "balanced", "exact", "custom"]
-ContextId = Annotated[str, Field(min_length=1, max_length=64)]
-VoiceId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-
-# --------------------------------------------------------------------------- session config
-
-
-class OutputConfig(_Strict):
-    format: AudioFormat = "opus"
-    sample_rate: SampleRate = NATIVE_SAMPLE_RATE
-    frame_ms: FrameMs = 20
-
-    @model_validator(mode="after")
-    def _rate_fits_format(self) -> OutputConfig:
-        if self.format == "mulaw" and self.sample_rate != 8000:
-            raise ValueError("mulaw (G.711) is 8000 Hz only")
-        return self
-
-
-class TextBuffering(_Strict):
-    mode: Literal["auto", "manual"] = "auto"
-    max_buffer_delay_ms: int = Field(default=250, ge=0, le=10_000)
-
-
-class Sampling(_Strict):
-    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
-    top_k: int = Field(default=50, ge=0, le=1024)  # 0 disables top-k
-    top_p: float = Field(default=0.95, gt=0.0, le=1.0)
-    seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
-
-
-class Chunking(_Strict):
-    """Streaming-codec chunking in codec frames (40 ms each at 24 kHz)."""
-
-    first_chunk_frames: int = Field(ge=1, le=100)
-    chunk_frames: int = Field(ge=1, le=200)
-    left_context_frames: int = Field(ge=0, le=64)
-    right_holdback_frames: int = Field(ge=0, le=64)
-
-
-PRESETS: dict[str, Chunking] = {
-    "latency": Chunking(
-        first_chunk_frames=1, chunk_frames=10, left_context_frames=10, right_holdback_frames=2
-    ),
-    "balanced": Chunking(
-        first_chunk_frames=2, chunk_frames=15, left_context_frames=12, right_holdback_frames=4
-    ),
-    "exact": Chunking(
-        first_chunk_frames=4, chunk_frames=25, left_context_frames=12, right_holdback_frames=10
-    ),
-}
-
-
-class SessionConfig(_Strict):
-    """The effective settings of a session (applied to contexts created afterwards)."""
-
-    id: str = ""
-    model: str = ""
-    voice: VoiceId = "default"
-    output: OutputConfig = Field(default_factory=OutputConfig)
-    audio_transport: Literal["binary", "base64"] = "binary"
-    text_buffering: TextBuffering = Field(default_factory=TextBuffering)
-    latency_preset: LatencyPreset = "balanced"
-    # Always the effective chunking: the preset's values unless latency_preset is "custom".
-    chunking: Chunking | None = None
-    sampling: Sampling = Field(default_factory=Sampling)
-    max_audio_seconds: float = Field(default=120.0, gt=0.0, le=3600.0)
-
-    @model_validator(mode="after")
-    def _chunking_matches_preset(self) -> SessionConfig:
-        if self.latency_preset == "custom":
-            if self.chunking is None:
-                raise ValueError("latency_preset 'custom' needs explicit chunking")
-        elif self.chunking is None:
-            self.chunking = PRESETS[self.latency_preset].model_copy()
-        elif self.chunking != PRESETS[self.latency_preset]:
-            raise ValueError("give either a named latency_preset or explicit chunking, not both")
-        return self
-
-
-READ_ONLY_SESSION_FIELDS = ("id", "model")
-
-
-def apply_session_update(current: SessionConfig, patch: dict[str, Any]) -> SessionConfig:
-    """Merge a partial ``session.update`` into ``current``; raise ``ValidationError``.
-
-    Nested objects merge field by field. Two conveniences keep partial updates
-    natural: changing ``output.format`` without a ``sample_rate`` picks that
-    format's default rate (8000 for mulaw, else 24000), and a ``chunking``
-    without a preset (or a preset without chunking) replaces the other.
-    """
-    merged = current.model_dump()
-    for key, value in patch.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = {**merged[key], **value}
-        else:
-            merged[key] = value
-    out = patch.get("output")
-    if isinstance(out, dict) and "format" in out and "sample_rate" not in out:
-        merged["output"]["sample_rate"] = 8000 if out["format"] == "mulaw" else NATIVE_SAMPLE_RATE
-    if "chunking" in patch and "latency_preset" not in patch:
-        merged["latency_preset"] = "custom"
-    elif "latency_preset" in patch and "chunking" not in patch:
-        merged["chunking"] = None
-    return SessionConfig.model_validate(merged)
-
-
-class Limits(_Lenient):
-    max_sessions: int = 1000
-    max_contexts: int = 8
-    max_text_chars_per_context: int = 20_000
-    max_message_bytes: int = 16 * 1024 * 1024
-    idle_timeout_s: float = 120.0
-    max_reference_seconds: float = 30.0
-    max_lead_s: float = 10.0
-
 
 # --------------------------------------------------------------------------- errors
 
@@ -470,34 +362,3 @@ def parse_server_event(data: str | bytes) -> ServerEvent:
 
 def dump_event(event: BaseModel) -> str:
     return event.model_dump_json()
-
-
-# --------------------------------------------------------------------------- binary frames
-
-FRAME_VERSION = 1
-FRAME_KIND_AUDIO = 1
-FRAME_HEADER = struct.Struct(">BBHII")  # version, kind, stream, seq, pts_ms
-FRAME_HEADER_BYTES = FRAME_HEADER.size  # 12
-MAX_STREAM = 0xFFFF
-
-
-@dataclass(frozen=True, slots=True)
-class AudioFrame:
-    stream: int
-    seq: int
-    pts_ms: int
-    payload: bytes
-
-
-def pack_audio_frame(stream: int, seq: int, pts_ms: int, payload: bytes) -> bytes:
-    return FRAME_HEADER.pack(FRAME_VERSION, FRAME_KIND_AUDIO, stream, seq, pts_ms) + payload
-
-
-def unpack_audio_frame(data: bytes) -> AudioFrame:
-    """Parse a server binary frame; raise ``ValueError`` for anything but a v1 audio frame."""
-    if len(data) < FRAME_HEADER_BYTES:
-        raise ValueError(f"binary frame of {len(data)} bytes is shorter than the header")
-    version, kind, stream, seq, pts_ms = FRAME_HEADER.unpack_from(data)
-    if version != FRAME_VERSION or kind != FRAME_KIND_AUDIO:
-        raise ValueError(f"unsupported frame version {version} kind {kind}")
-    return AudioFrame(stream, seq, pts_ms, bytes(data[FRAME_HEADER_BYTES:]))

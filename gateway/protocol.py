@@ -8,6 +8,8 @@ fields so older clients keep working against newer servers.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import itertools
 import json
 from enum import StrEnum
@@ -362,3 +364,16 @@ def parse_server_event(data: str | bytes) -> ServerEvent:
 
 def dump_event(event: BaseModel) -> str:
     return event.model_dump_json()
+
+
+def decode_audio_payload(value: str) -> bytes:
+    """Base64 or a ``data:`` URI; anything that could name a file or URL is refused."""
+    if value.startswith("data:"):
+        header, sep, body = value.partition(",")
+        if not sep or ";base64" not in header:
+            raise ValueError("a data: URI must be base64-encoded (data:<type>;base64,...)")
+        value = body
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise ValueError("audio must be base64 (or a base64 data: URI), not a path or URL") from e

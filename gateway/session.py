@@ -9,12 +9,10 @@ here touches sockets, tasks or clocks, so every rule is unit-testable.
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal
 
 from pydantic import BaseModel, ValidationError
 
@@ -45,98 +43,20 @@ from gateway.protocol import (
     parse_client_event,
     validation_error_detail,
 )
-
-
-class Segmenter(Protocol):
-    """Cuts incremental text into speakable segments (times in seconds)."""
-
-    def feed(self, text: str, now: float) -> list[str]: ...
-
-    def poll(self, now: float) -> list[str]: ...
-
-    def flush(self) -> list[str]: ...
-
-    def next_deadline(self) -> float | None: ...
-
-
-SegmenterFactory = Callable[[SessionConfig], Segmenter]
-
-
-class ContextQuota(Protocol):
-    """Per-key context accounting shared across sessions."""
-
-    def acquire(self) -> bool: ...
-
-    def release(self) -> None: ...
-
-
-class Unlimited:
-    def acquire(self) -> bool:
-        return True
-
-    def release(self) -> None:
-        return None
-
-
-# --------------------------------------------------------------------------- actions
-
-
-@dataclass(frozen=True)
-class Send:
-    event: BaseModel
-
-
-@dataclass(frozen=True)
-class OpenContext:
-    key: int  # unique per session; context ids are the client's names
-    context_id: str
-    stream: int
-    config: SessionConfig
-
-
-@dataclass(frozen=True)
-class Speak:
-    key: int
-    index: int
-    text: str
-    ready_at: float  # when the segment became speakable (TTFA starts here)
-
-
-@dataclass(frozen=True)
-class Flush:
-    key: int
-    flush_id: str
-    reply_to: str | None
-
-
-@dataclass(frozen=True)
-class EndContext:
-    key: int
-    reply_to: str | None
-
-
-@dataclass(frozen=True)
-class CancelContext:
-    key: int
-    reply_to: str | None
-    unspoken_tail: str  # text still buffered, never sent to the engine
-
-
-@dataclass(frozen=True)
-class CreateVoice:
-    audio: bytes
-    text: str | None
-    voice_id: str | None
-    reply_to: str | None
-
-
-@dataclass(frozen=True)
-class Close:
-    code: int
-    reason: str
-
-
-Action = Send | OpenContext | Speak | Flush | EndContext | CancelContext | CreateVoice | Close
+from gateway.protocol import decode_audio_payload as decode_audio_payload
+from gateway.session_actions import Action as Action
+from gateway.session_actions import CancelContext as CancelContext
+from gateway.session_actions import Close as Close
+from gateway.session_actions import ContextQuota as ContextQuota
+from gateway.session_actions import CreateVoice as CreateVoice
+from gateway.session_actions import EndContext as EndContext
+from gateway.session_actions import Flush as Flush
+from gateway.session_actions import OpenContext as OpenContext
+from gateway.session_actions import Segmenter as Segmenter
+from gateway.session_actions import SegmenterFactory as SegmenterFactory
+from gateway.session_actions import Send as Send
+from gateway.session_actions import Speak as Speak
+from gateway.session_actions import Unlimited as Unlimited
 
 
 @dataclass
@@ -160,19 +80,6 @@ _REMEMBERED_FINISHED = 4096
 
 def error_event(detail: ErrorDetail) -> ErrorEvent:
     return ErrorEvent(reply_to=detail.reply_to, error=detail)
-
-
-def decode_audio_payload(value: str) -> bytes:
-    """Base64 or a ``data:`` URI; anything that could name a file or URL is refused."""
-    if value.startswith("data:"):
-        header, sep, body = value.partition(",")
-        if not sep or ";base64" not in header:
-            raise ValueError("a data: URI must be base64-encoded (data:<type>;base64,...)")
-        value = body
-    try:
-        return base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError) as e:
-        raise ValueError("audio must be base64 (or a base64 data: URI), not a path or URL") from e
 
 
 class Session:

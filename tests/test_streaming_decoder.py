@@ -261,6 +261,8 @@ def test_stream_ends_at_codebook0_eoc_without_finish() -> None:
     assert all(decoder.feed(row) == [] for row in garbage)  # ramp-down rows ignored
     assert decoder.finish() == []
     assert peak_error(np.concatenate(out), whole(codec, rows)) < 1e-5
+    with pytest.raises(StreamStateError):
+        decoder.feed(garbage[0])  # finish() was called
 
 
 def test_without_stop_at_eoc_every_complete_frame_is_decoded() -> None:

@@ -115,6 +115,7 @@ class StreamingDecoder:
         self._planned = 0
         self._completed = 0
         self._done = False
+        self._finish_called = False
 
     # -- state -------------------------------------------------------------
     @property
@@ -139,11 +140,10 @@ class StreamingDecoder:
     # -- planning ----------------------------------------------------------
     def plan_feed(self, row: object) -> list[DecodeJob]:
         """Take one delay-patterned row (8 ints); return the jobs it enables."""
-        if self._done:
-            # Rows after the end marker are the talker's ramp-down: ignore.
-            if self._end_frame is not None:
-                return []
+        if self._finish_called:
             raise StreamStateError("row fed after finish()")
+        if self._done:
+            return []  # rows after the end marker are the talker's ramp-down
         codes = self._check_row(row)
         r = self._rows
         if self._end_frame is None and self.stop_at_eoc and codes[0] == EOC:
@@ -161,6 +161,7 @@ class StreamingDecoder:
 
     def plan_finish(self) -> list[DecodeJob]:
         """End of rows: plan the last chunk (no holdback)."""
+        self._finish_called = True
         if self._done:
             return []
         return self._plan(final=True)

@@ -220,6 +220,7 @@ def main(argv: list[str] | None = None) -> None:
     results["edge_error"] = [
         asdict(edge_error(codec, n, p, args.streams, args.frames, args.seed))
         for n, p in PRESETS.items()
+        if args.streams > 0  # --streams 0: timing only
     ]
     if args.sweep:
         results["holdback_sweep"] = [

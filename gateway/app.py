@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import importlib
 import json
+import logging
 import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -46,6 +47,7 @@ from gateway.state import GatewayState, VoiceRegistry
 from realtime_engine.engines.base import SpeechEngine
 
 STATIC_DIR = Path(__file__).parent / "static"
+log = logging.getLogger("gateway")
 
 
 def _default_voices(state: GatewayState) -> VoiceRegistry | None:
@@ -305,7 +307,9 @@ async def _serve_session(
                 task.cancel()
         await asyncio.gather(writer, reader, return_exceptions=True)
         for task in done:
-            if not task.cancelled() and task.exception() is not None:
+            error = None if task.cancelled() else task.exception()
+            if error is not None:
+                log.error("session %s failed", config.id, exc_info=error)
                 await _close_quietly(ws, CLOSE_SERVER_ERROR, "internal error")
     finally:
         # Bookkeeping first: it must happen even if this task is being cancelled.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -45,6 +46,8 @@ from realtime_engine.engines.base import (
     UnsupportedVoiceError,
 )
 from realtime_engine.talker.types import TalkerSampling
+
+log = logging.getLogger("gateway.contexts")
 
 # Higgs codec frames per second; caps a segment's engine budget.
 CODEC_FRAMES_PER_S = 25
@@ -212,6 +215,7 @@ class ContextWorker:
                 type="server_error", code=ErrorCode.ENGINE_ERROR, message=str(exc), retryable=True
             )
         else:
+            log.error("context %s failed", self.context_id, exc_info=exc)
             detail = ErrorDetail(
                 type="server_error",
                 code=ErrorCode.INTERNAL_ERROR,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -42,6 +43,7 @@ from gateway.state import GatewayState
 from realtime_engine.engines.base import UnsupportedVoiceError
 
 SegmenterFactory = Callable[[SessionConfig], Segmenter]
+log = logging.getLogger("gateway.pipeline")
 
 
 class KeyContextQuota:
@@ -215,6 +217,7 @@ class SessionPipeline:
             param = getattr(e, "param", None)
             await self._send_error(ErrorCode.VOICE_INVALID, str(e), action.reply_to, param=param)
         except Exception as e:
+            log.error("voice creation failed", exc_info=e)
             detail = ErrorDetail(
                 type="server_error",
                 code=ErrorCode.INTERNAL_ERROR,

@@ -257,15 +257,18 @@ class ContextWorker:
             self.stats.first_engine_at = time.perf_counter()
         self.current_request = request_id
         stream = self._engine.synthesize(request)
+        exhausted = False
         try:
             while produced < cap:
                 await self._respect_lead()
                 chunk = await self._next_chunk(stream)
                 if chunk is None:
+                    exhausted = True
                     break
                 if produced + len(chunk) >= cap:
                     chunk = chunk[: cap - produced]
                     await self._engine.abort(request_id)  # runaway segment: stop paying for it
+                    exhausted = True
                 produced += len(chunk)
                 if not started:
                     started = True
@@ -273,6 +276,10 @@ class ContextWorker:
                 await self._emit_frames(await self._encode(chunk))
         finally:
             self.current_request = None
+            if not exhausted:
+                # Leaving early (a failure of ours, a cancel): the engine must
+                # not keep generating for nobody. A no-op if it already stopped.
+                await self._engine.abort(request_id)
             await _aclose(stream)
         if not started:
             await self._segment_started(item)

@@ -159,3 +159,37 @@ def test_queue_depth_returns_to_zero_after_cancels_and_failures() -> None:
             if raw.get("text") is not None:
                 message = json.loads(raw["text"])
     assert gauge._value.get() == 0
+
+
+class GarbageChunkEngine(FakeEngine):
+    """Yields one chunk the gateway cannot use, then keeps generating."""
+
+    async def synthesize(self, request: SegmentRequest) -> AsyncIterator[np.ndarray]:
+        first = True
+        async for chunk in super().synthesize(request):
+            if first:
+                first = False
+                yield np.array(["not", "audio"])
+            yield chunk
+
+
+def test_a_failure_of_the_gateway_side_aborts_the_engine_request() -> None:
+    engine = GarbageChunkEngine(realtime_factor=0.2, chunk_samples=960)
+    frames: list[bytes] = []
+    with TestClient(fake_app(engine)) as client, client.websocket_connect("/v1/realtime") as ws:
+        read_until(ws, "session.created", frames)
+        ws.send_text(json.dumps({"type": "text.append", "context_id": "c", "text": "Fine words."}))
+        ws.send_text(json.dumps({"type": "context.end", "context_id": "c"}))
+        message: dict[str, Any] = {"type": ""}
+        errors = []
+        while message["type"] != "context.done":
+            raw = ws.receive()
+            if raw.get("text") is not None:
+                message = json.loads(raw["text"])
+                if message["type"] == "error":
+                    errors.append(message["error"])
+    assert message["status"] == "failed"
+    assert [e["code"] for e in errors] == ["internal_error"]
+    (request,) = engine.log.requests
+    assert engine.log.aborted == [request.request_id]  # the engine was told to stop
+    assert engine.log.abandoned == []

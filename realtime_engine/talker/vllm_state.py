@@ -38,7 +38,11 @@ import torch
 from torch import nn
 from vllm.config import VllmConfig
 from vllm.v1.worker.gpu.model_states.default import DefaultModelState
-from vllm.v1.worker.gpu.sample.output import SamplerOutput
+
+try:
+    from vllm.v1.worker.gpu.sample.output import SamplerOutput
+except ImportError:  # releases where MRv2 returned the shared V1 type
+    from vllm.v1.outputs import SamplerOutput  # type: ignore[assignment]
 
 from realtime_engine.talker.sampling import BatchSampling, sample_codes
 from realtime_engine.talker.termination import BatchTermination, allowed_for_modes

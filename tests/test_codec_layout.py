@@ -18,8 +18,12 @@ from realtime_engine.errors import MissingKeyError
 @pytest.mark.parametrize("dims", [CodecDims.tiny(), CodecDims.higgs_v3()], ids=["tiny", "real"])
 def test_hop_is_960_and_shapes_match_layout(dims: CodecDims) -> None:
     assert dims.hop == 960
-    sd = random_codec_state_dict(dims, torch.Generator().manual_seed(0))
-    expected = {**decoder_key_shapes(dims), **unused_key_shapes(dims)}
+    # The real encoder side is ~180 M parameters: materialise it only when tiny.
+    full = dims == CodecDims.tiny()
+    sd = random_codec_state_dict(dims, torch.Generator().manual_seed(0), include_encoder=full)
+    expected = dict(decoder_key_shapes(dims))
+    if full:
+        expected.update(unused_key_shapes(dims))
     assert set(sd) == set(expected)
     for key, shape in expected.items():
         assert tuple(sd[key].shape) == shape, key

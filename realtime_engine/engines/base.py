@@ -53,6 +53,14 @@ class UnsupportedVoiceError(EngineError):
     """The engine cannot use the requested voice (or cannot clone voices)."""
 
 
+class EngineOverloadedError(EngineError):
+    """The engine refuses new work for now (its queue is full); retrying later may work."""
+
+    def __init__(self, message: str, retry_after_ms: int = 1000) -> None:
+        super().__init__(message)
+        self.retry_after_ms = retry_after_ms
+
+
 class SpeechEngine(Protocol):
     name: str
     model_id: str

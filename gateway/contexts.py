@@ -41,6 +41,7 @@ from realtime_engine.audio.encoder import AudioEncoder, EncodedFrame
 from realtime_engine.engines.base import (
     ChunkingParams,
     EngineError,
+    EngineOverloadedError,
     SegmentRequest,
     SpeechEngine,
     UnsupportedVoiceError,
@@ -209,6 +210,14 @@ class ContextWorker:
         if isinstance(exc, UnsupportedVoiceError):
             detail = ErrorDetail(
                 type="invalid_request_error", code=ErrorCode.VOICE_UNSUPPORTED, message=str(exc)
+            )
+        elif isinstance(exc, EngineOverloadedError):
+            detail = ErrorDetail(
+                type="engine_overloaded",
+                code=ErrorCode.ENGINE_OVERLOADED,
+                message=str(exc),
+                retryable=True,
+                retry_after_ms=exc.retry_after_ms,
             )
         elif isinstance(exc, EngineError):
             detail = ErrorDetail(

@@ -12,7 +12,7 @@ from gateway_support import fake_app
 from starlette.testclient import TestClient
 
 from gateway.protocol import unpack_audio_frame
-from realtime_engine.engines.base import EngineError, SegmentRequest
+from realtime_engine.engines.base import EngineError, EngineOverloadedError, SegmentRequest
 from realtime_engine.engines.fake import FakeEngine
 
 
@@ -193,3 +193,28 @@ def test_a_failure_of_the_gateway_side_aborts_the_engine_request() -> None:
     (request,) = engine.log.requests
     assert engine.log.aborted == [request.request_id]  # the engine was told to stop
     assert engine.log.abandoned == []
+
+
+class FullEngine(FakeEngine):
+    async def synthesize(self, request: SegmentRequest) -> AsyncIterator[np.ndarray]:
+        raise EngineOverloadedError("queue full", retry_after_ms=700)
+        yield np.zeros(1, np.float32)  # pragma: no cover - makes this an async generator
+
+
+def test_an_overloaded_engine_is_a_retryable_engine_overloaded_error() -> None:
+    frames: list[bytes] = []
+    with (
+        TestClient(fake_app(FullEngine())) as client,
+        client.websocket_connect("/v1/realtime") as ws,
+    ):
+        read_until(ws, "session.created", frames)
+        ws.send_text(json.dumps({"type": "text.append", "context_id": "o", "text": "Busy?"}))
+        ws.send_text(json.dumps({"type": "context.end", "context_id": "o"}))
+        message = json.loads(ws.receive_text())
+        while message["type"] != "error":
+            message = json.loads(ws.receive_text())
+        done = read_until(ws, "context.done", frames)
+    error = message["error"]
+    assert (error["type"], error["code"]) == ("engine_overloaded", "engine_overloaded")
+    assert error["retryable"] and error["retry_after_ms"] == 700
+    assert done["status"] == "failed"

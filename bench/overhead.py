@@ -51,6 +51,7 @@ class OverheadConfig:
 class ContextTrace:
     segments: list[tuple[int, str]] = field(default_factory=list)
     frames: list[tuple[float, int]] = field(default_factory=list)  # (arrival, pts_ms)
+    audio_ms: list[float] = field(default_factory=list)  # duration of each frame
     t_first_text: float = 0.0
     t_first_audio: float | None = None
     server_ttfa_ms: float | None = None
@@ -136,6 +137,7 @@ async def _session(
                         if cfg.decode:
                             ctx.decode(item)
                         trace.frames.append((item.received_at, item.pts_ms))
+                        trace.audio_ms.append(item.duration_ms)
     except (ClientError, TimeoutError, OSError) as e:
         trace = ContextTrace(error=f"{type(e).__name__}: {e}"[:200])
         traces.append(trace)
@@ -248,6 +250,10 @@ async def run_overhead(
     in_window = [u for u in usage if t_window[0] <= u["t"] < t_window[1]]
     measured = [t for t in traces if t_window[0] <= t.t_first_text < t_window[1]]
     ok = [t for t in measured if t.error is None and t.frames]
+    audio_s = audio_seconds_in(traces, *t_window)
+    throughput = audio_s / cfg.duration_s
+    server_cpu = summarize([u["server_cpu_pct"] for u in in_window], 1)
+    client_cpu = summarize([u["client_cpu_pct"] for u in in_window], 1)
     return {
         "meta": {
             "kind": "overhead",
@@ -263,20 +269,42 @@ async def run_overhead(
         "errors": sorted({t.error for t in traces if t.error})[:5],
         "frames_in_window": len(late) + unmatched,
         "frames_unmatched": unmatched,
+        "audio_s_per_s": round(throughput, 3),
+        # CPU cost of delivering audio: core-seconds per second of audio, the number that
+        # survives a busy machine (a starved process delivers less but costs the same)
+        "server_cpu_ms_per_audio_s": _cost(server_cpu, throughput),
+        "client_cpu_ms_per_audio_s": _cost(client_cpu, throughput),
         "lateness_ms": summarize([x * 1000 for x in late], 2),
         "chunk_first_frame_lateness_ms": summarize([x * 1000 for x in first_late], 2),
         "client_ttfa_ms": summarize(
             [(t.t_first_audio - t.t_first_text) * 1000 for t in ok if t.t_first_audio], 2
         ),
         "server_ttfa_ms": summarize([t.server_ttfa_ms for t in ok], 2),
-        "server_cpu_pct": summarize([u["server_cpu_pct"] for u in in_window], 1),
+        "server_cpu_pct": server_cpu,
         "server_rss_mb": summarize([u["server_rss_mb"] for u in in_window], 1),
-        "client_cpu_pct": summarize([u["client_cpu_pct"] for u in in_window], 1),
+        "client_cpu_pct": client_cpu,
         "samples": {
             "lateness_ms": [round(x * 1000, 3) for x in late[:: max(1, len(late) // 20000)]],
             "usage": [{**u, "t": round(u["t"] - begin, 2)} for u in usage],
         },
     }
+
+
+def audio_seconds_in(traces: list[ContextTrace], t0: float, t1: float) -> float:
+    """Seconds of audio whose frames arrived within ``[t0, t1)``."""
+    total_ms = 0.0
+    for trace in traces:
+        for (arrival, _), ms in zip(trace.frames, trace.audio_ms, strict=True):
+            if t0 <= arrival < t1:
+                total_ms += ms
+    return total_ms / 1000.0
+
+
+def _cost(cpu_pct: dict[str, float | int], audio_s_per_s: float) -> float | None:
+    mean = cpu_pct.get("mean")
+    if mean is None or audio_s_per_s <= 0:
+        return None
+    return round(float(mean) / 100.0 / audio_s_per_s * 1000.0, 3)
 
 
 def summary_line(result: dict[str, Any]) -> str:
@@ -285,7 +313,9 @@ def summary_line(result: dict[str, Any]) -> str:
         f"[bench] overhead {result['config']['sessions']} sessions: "
         f"{result['contexts_ok']}/{result['contexts_measured']} contexts ok, frame lateness "
         f"p50 {late.get('p50')} p99 {late.get('p99')} max {late.get('max')} ms, "
-        f"gateway CPU mean {cpu.get('mean')} %, RSS max {rss.get('max')} MB"
+        f"gateway CPU mean {cpu.get('mean')} % "
+        f"({result['server_cpu_ms_per_audio_s']} ms per audio second), "
+        f"{result['audio_s_per_s']} audio-s/s, RSS max {rss.get('max')} MB"
     )
 
 

@@ -165,4 +165,7 @@ def test_overhead_run_measures_lateness(tmp_path: Path) -> None:
     assert result["frames_unmatched"] <= result["frames_in_window"] * 0.05
     assert result["chunk_first_frame_lateness_ms"]["n"] > 0
     assert result["server_rss_mb"]["min"] > 10
+    # 4 sessions at 5x real time deliver at most 20 audio-s/s
+    assert 0 < result["audio_s_per_s"] <= 4 / 0.2 * 1.05
+    assert result["server_cpu_ms_per_audio_s"] > 0
     assert (tmp_path / "overhead_lateness.png").read_bytes()[:4] == b"\x89PNG"

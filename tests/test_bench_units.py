@@ -11,7 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bench.load import closed_loop, open_loop, poisson_arrivals
-from bench.overhead import ContextTrace, frame_lateness, unique_text, unique_word
+from bench.overhead import (
+    ContextTrace,
+    audio_seconds_in,
+    frame_lateness,
+    unique_text,
+    unique_word,
+)
 from bench.records import ChunkArrival, StreamRecord, audio_in_window, derive
 from bench.report import server_metric_summaries, summarize_level
 from bench.stamping import ChunkStamp, emit_time_of, text_key
@@ -192,3 +198,10 @@ def test_server_metric_summaries_cover_numeric_fields() -> None:
     assert set(out) == {"ttfa_ms", "queue_ms", "segments"}
     assert out["ttfa_ms"]["p50"] == 200.0 and out["ttfa_ms"]["n"] == 2
     assert out["queue_ms"]["n"] == 1 and out["segments"]["max"] == 4
+
+
+def test_audio_seconds_in_window() -> None:
+    a = ContextTrace(frames=[(1.0, 0), (2.0, 20), (3.0, 40)], audio_ms=[20.0, 20.0, 40.0])
+    b = ContextTrace(frames=[(2.5, 0)], audio_ms=[100.0])
+    assert audio_seconds_in([a, b], 2.0, 3.0) == pytest.approx(0.12)
+    assert audio_seconds_in([a, b], 0.0, 10.0) == pytest.approx(0.18)

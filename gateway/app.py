@@ -91,16 +91,18 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        await engine.start()
-        state.ready = True
-        sampler = asyncio.create_task(_sample_engine_stats(state))
+        warm = asyncio.create_task(_warm_up(state))
+        if not settings.warm_in_background:
+            await asyncio.shield(warm)
+            if state.engine_error is not None:
+                raise RuntimeError(f"the {engine.name} engine failed: {state.engine_error}")
         try:
             yield
         finally:
             state.ready = False
             state.draining = True
-            sampler.cancel()
-            await asyncio.gather(sampler, return_exceptions=True)
+            warm.cancel()
+            await asyncio.gather(warm, return_exceptions=True)
             await engine.close()
 
     async def realtime(ws: WebSocket) -> None:
@@ -118,6 +120,18 @@ def create_app(
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.gateway = state
     return app
+
+
+async def _warm_up(state: GatewayState) -> None:
+    """Load and warm the engine, then serve; afterwards sample its counters."""
+    try:
+        await state.engine.start()
+    except Exception as e:
+        state.engine_error = f"{type(e).__name__}: {e}"
+        log.error("the %s engine failed to start", state.engine.name, exc_info=e)
+        return
+    state.ready = True
+    await _sample_engine_stats(state)
 
 
 async def _sample_engine_stats(state: GatewayState, interval_s: float = 1.0) -> None:
@@ -149,6 +163,8 @@ async def _ready(request: Request) -> Response:
         return JSONResponse(
             {"status": "ready", "engine": state.engine.name, "model": state.model_name}
         )
+    if state.engine_error is not None:
+        return JSONResponse({"status": "failed", "error": state.engine_error}, status_code=503)
     return JSONResponse({"status": "draining" if state.draining else "loading"}, status_code=503)
 
 

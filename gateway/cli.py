@@ -13,6 +13,7 @@ import uvicorn
 from gateway.app import create_app
 from gateway.protocol import Limits
 from gateway.settings import GatewaySettings
+from gateway.state import GatewayState
 from realtime_engine.engines.base import EngineError, SpeechEngine
 
 ENGINES = ("auto", "higgs", "cpu-voice", "fake")
@@ -79,6 +80,7 @@ def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
     if args.idle_timeout is not None:
         limits.idle_timeout_s = args.idle_timeout
     return GatewaySettings.from_env(
+        warm_in_background=True,  # /health answers while a large model warms up
         host=args.host,
         port=args.port,
         api_keys=tuple(args.api_keys) if args.api_keys else None,
@@ -92,8 +94,9 @@ def _say(message: str) -> None:
 
 def build_server(
     settings: GatewaySettings, engine: SpeechEngine, log_level: str = "info"
-) -> uvicorn.Server:
+) -> tuple[uvicorn.Server, GatewayState]:
     app = create_app(settings, engine)
+    state: GatewayState = app.state.gateway
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -106,7 +109,7 @@ def build_server(
         ws_ping_interval=settings.ws_ping_interval_s,
         ws_ping_timeout=settings.ws_ping_timeout_s,
     )
-    return uvicorn.Server(config)
+    return uvicorn.Server(config), state
 
 
 async def serve(
@@ -116,19 +119,29 @@ async def serve(
     say: Callable[[str], None] = _say,
 ) -> bool:
     """Serve until interrupted; False when the server never started (engine failed)."""
-    server = build_server(settings, engine, log_level)
+    server, state = build_server(settings, engine, log_level)
     task = asyncio.create_task(server.serve())
-    say(f"warming up the {engine.name} engine ({engine.model_id})")
     started = time.perf_counter()
     while not server.started and not task.done():
         await asyncio.sleep(0.05)
-    if server.started:
-        port = server.servers[0].sockets[0].getsockname()[1]
-        host = "127.0.0.1" if settings.host in ("0.0.0.0", "") else settings.host
+    if not server.started:
+        await task
+        return False
+    port = server.servers[0].sockets[0].getsockname()[1]
+    host = "127.0.0.1" if settings.host in ("0.0.0.0", "") else settings.host
+    say(f"listening on {host}:{port}; warming up the {engine.name} engine ({engine.model_id})")
+    while not state.ready and state.engine_error is None and not task.done():
+        await asyncio.sleep(0.05)
+    if state.engine_error is not None:
+        say(f"error: the engine failed to start: {state.engine_error}")
+        server.should_exit = True
+        await task
+        return False
+    if state.ready:
         say(f"ready in {time.perf_counter() - started:.1f}s")
         say(f"open http://{host}:{port}/  (WebSocket ws://{host}:{port}/v1/realtime)")
     await task
-    return server.started
+    return True
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -33,6 +33,9 @@ class GatewaySettings(BaseModel):
     outbound_queue_items: int = Field(default=256, ge=4)
     # Displayed as the session's model; the engine's model id when empty.
     model_name: str = ""
+    # Accept connections while the engine warms up (/health answers, /ready
+    # says "loading", sessions get 1013) instead of after it.
+    warm_in_background: bool = False
     # PCM chunks longer than this are encoded on a worker thread.
     encode_inline_max_ms: float = Field(default=60.0, ge=0)
 

@@ -100,6 +100,7 @@ class GatewayState:
     voices: VoiceRegistry
     admission: Admission
     ready: bool = False  # engine loaded and warmed
+    engine_error: str | None = None  # why the engine failed to start
     draining: bool = False  # shutting down: refuse new sessions with 1013
 
     @classmethod

@@ -105,7 +105,7 @@ async def test_serve_process_prints_its_url_and_speaks() -> None:
 
 async def test_server_transport_limits_and_pings() -> None:
     settings = GatewaySettings(port=0, limits=Limits(max_message_bytes=1000), ws_ping_interval_s=5)
-    server = build_server(settings, FakeEngine(), log_level="warning")
+    server, state = build_server(settings, FakeEngine(), log_level="warning")
     assert server.config.ws_ping_interval == 5 and server.config.ws_max_size == 2000
     task = asyncio.create_task(server.serve())
     try:
@@ -113,6 +113,7 @@ async def test_server_transport_limits_and_pings() -> None:
             assert not task.done()
             await asyncio.sleep(0.01)
         port = server.servers[0].sockets[0].getsockname()[1]
+        assert state.ready
         async with connect(f"ws://127.0.0.1:{port}/v1/realtime") as ws:
             assert json.loads(await ws.recv())["type"] == "session.created"
             over = {"type": "text.append", "context_id": "c", "text": "x" * 1200}

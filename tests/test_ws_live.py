@@ -268,3 +268,42 @@ async def test_per_key_limits_do_not_apply_to_an_open_server() -> None:
         for ws in (first, second):
             await send(ws, type="text.append", context_id="c", text="x")
             await until(ws, "context.created")
+
+
+class FailingStartEngine(FakeEngine):
+    async def start(self) -> None:
+        raise OSError("weights not found")
+
+
+async def test_background_warm_up_health_ready_and_refusals() -> None:
+    app = fake_app(FakeEngine(start_delay_s=0.5), warm_in_background=True)
+    async with serve(app) as url:
+        http = url.replace("ws://", "http://")
+        async with httpx.AsyncClient(base_url=http) as client:
+            assert (await client.get("/health")).status_code == 200
+            loading = await client.get("/ready")
+            assert loading.status_code == 503 and loading.json()["status"] == "loading"
+            async with connect(f"{url}/v1/realtime") as ws:
+                error = (await until(ws, "error"))["error"]
+                assert error["type"] == "engine_overloaded" and error["retryable"]
+                assert await close_code(ws) == CLOSE_TRY_AGAIN
+            for _ in range(100):
+                if (await client.get("/ready")).status_code == 200:
+                    break
+                await asyncio.sleep(0.05)
+            assert (await client.get("/ready")).json()["status"] == "ready"
+        async with connect(f"{url}/v1/realtime") as ws:
+            await until(ws, "session.created")
+
+
+async def test_an_engine_that_fails_to_start_is_reported_by_ready() -> None:
+    app = fake_app(FailingStartEngine(), warm_in_background=True)
+    async with serve(app) as url, httpx.AsyncClient(base_url=url.replace("ws", "http")) as client:
+        for _ in range(100):
+            failed = await client.get("/ready")
+            if failed.json()["status"] != "loading":
+                break
+            await asyncio.sleep(0.02)
+        assert failed.status_code == 503
+        assert failed.json() == {"status": "failed", "error": "OSError: weights not found"}
+        assert (await client.get("/health")).status_code == 200

@@ -106,6 +106,9 @@ def build_server(
         # Messages up to twice the limit reach the session (an error, then 1009
         # on the second); beyond that the transport closes with 1009 at once.
         ws_max_size=2 * settings.limits.max_message_bytes,
+        # Opus and PCM do not compress: per-message deflate only costs CPU
+        # and latency on every frame.
+        ws_per_message_deflate=False,
         ws_ping_interval=settings.ws_ping_interval_s,
         ws_ping_timeout=settings.ws_ping_timeout_s,
     )

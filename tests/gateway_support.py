@@ -72,8 +72,9 @@ def sentence_segmenter(config: SessionConfig) -> SentenceSegmenter:
 @contextlib.asynccontextmanager
 async def serve(app: ASGIApp, **ws_options: Any) -> AsyncIterator[str]:
     """Run ``app`` on a real uvicorn at 127.0.0.1:0 (lifespan on); yield ``ws://host:port``."""
+    options: dict[str, Any] = {"ws_per_message_deflate": False, **ws_options}
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=0, lifespan="on", log_level="warning", **ws_options
+        app, host="127.0.0.1", port=0, lifespan="on", log_level="warning", **options
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())

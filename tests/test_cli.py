@@ -107,6 +107,7 @@ async def test_server_transport_limits_and_pings() -> None:
     settings = GatewaySettings(port=0, limits=Limits(max_message_bytes=1000), ws_ping_interval_s=5)
     server, state = build_server(settings, FakeEngine(), log_level="warning")
     assert server.config.ws_ping_interval == 5 and server.config.ws_max_size == 2000
+    assert server.config.ws_per_message_deflate is False  # audio does not compress
     task = asyncio.create_task(server.serve())
     try:
         while not server.started:

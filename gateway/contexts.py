@@ -125,6 +125,7 @@ class ContextWorker:
         *,
         max_lead_s: float,
         encode_inline_max_ms: float,
+        stall_timeout_s: float = 60.0,
         on_closed: Callable[[ContextWorker, str], None],
         on_queue_change: Callable[[int], None] = lambda delta: None,
     ) -> None:
@@ -141,6 +142,7 @@ class ContextWorker:
         self._out = outbound
         self._max_lead_s = max_lead_s
         self._encode_inline_max_ms = encode_inline_max_ms
+        self._stall_timeout_s = stall_timeout_s
         self._on_closed = on_closed
         self._on_queue_change = on_queue_change
         self._queued_segments = 0
@@ -270,7 +272,7 @@ class ContextWorker:
         try:
             while produced < cap:
                 await self._respect_lead()
-                chunk = await self._next_chunk(stream)
+                chunk = await self._next_chunk(stream, request_id)
                 if chunk is None:
                     exhausted = True
                     break
@@ -308,10 +310,12 @@ class ContextWorker:
         )
         await self._out.put(OutEvent(event, worker=self))
 
-    async def _next_chunk(self, stream: AsyncIterator[np.ndarray]) -> np.ndarray | None:
+    async def _next_chunk(
+        self, stream: AsyncIterator[np.ndarray], request_id: str
+    ) -> np.ndarray | None:
         started = time.perf_counter()
         try:
-            chunk = await anext(stream)
+            chunk = await self._await_engine(stream, request_id)
         except StopAsyncIteration:
             return None
         finally:
@@ -319,6 +323,27 @@ class ContextWorker:
         chunk = np.asarray(chunk, dtype=np.float32).reshape(-1)
         self.stats.generated_s += len(chunk) / self._engine.sample_rate
         return chunk
+
+    async def _await_engine(self, stream: AsyncIterator[np.ndarray], request_id: str) -> np.ndarray:
+        """The next chunk, or ``EngineError`` when the engine stalls.
+
+        A stalled request is aborted first and only then abandoned, so the
+        engine hears about it the way it hears about a cancel.
+        """
+        pending = asyncio.ensure_future(anext(stream))
+        try:
+            done, _ = await asyncio.wait({pending}, timeout=self._stall_timeout_s)
+        except asyncio.CancelledError:
+            pending.cancel()
+            raise
+        if not done:
+            await self._engine.abort(request_id)
+            pending.cancel()
+            await asyncio.gather(pending, return_exceptions=True)
+            raise EngineError(
+                f"no audio from the engine for {self._stall_timeout_s:g} s; request aborted"
+            )
+        return pending.result()
 
     async def _respect_lead(self) -> None:
         """Wait while generated audio is more than ``max_lead_s`` ahead of playback."""

@@ -36,6 +36,8 @@ class GatewaySettings(BaseModel):
     # Accept connections while the engine warms up (/health answers, /ready
     # says "loading", sessions get 1013) instead of after it.
     warm_in_background: bool = False
+    # A segment whose engine yields nothing for this long fails (and is aborted).
+    engine_stall_timeout_s: float = Field(default=60.0, gt=0)
     # PCM chunks longer than this are encoded on a worker thread.
     encode_inline_max_ms: float = Field(default=60.0, ge=0)
 

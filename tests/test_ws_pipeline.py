@@ -218,3 +218,24 @@ def test_an_overloaded_engine_is_a_retryable_engine_overloaded_error() -> None:
     assert (error["type"], error["code"]) == ("engine_overloaded", "engine_overloaded")
     assert error["retryable"] and error["retry_after_ms"] == 700
     assert done["status"] == "failed"
+
+
+def test_a_stalled_engine_fails_the_context_and_is_aborted() -> None:
+    engine = FakeEngine(first_chunk_delay_s=30)
+    frames: list[bytes] = []
+    app = fake_app(engine, engine_stall_timeout_s=0.2)
+    with TestClient(app) as client, client.websocket_connect("/v1/realtime") as ws:
+        read_until(ws, "session.created", frames)
+        ws.send_text(json.dumps({"type": "text.append", "context_id": "s", "text": "Hello?"}))
+        ws.send_text(json.dumps({"type": "context.end", "context_id": "s"}))
+        started = time.perf_counter()
+        message = json.loads(ws.receive_text())
+        while message["type"] != "error":
+            message = json.loads(ws.receive_text())
+        done = read_until(ws, "context.done", frames)
+        assert time.perf_counter() - started < 5
+    assert message["error"]["code"] == "engine_error" and "aborted" in message["error"]["message"]
+    assert done["status"] == "failed"
+    (request,) = engine.log.requests
+    assert engine.log.aborted == [request.request_id] == engine.log.stopped
+    assert engine.log.abandoned == []

@@ -183,17 +183,35 @@ async def _sample_usage(
     proc.cpu_percent(None)
     me = psutil.Process()
     me.cpu_percent(None)
+    last_t, last_wait = time.perf_counter(), runqueue_wait_s(proc.pid)
     while not stop.is_set():
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), 1.0)
-        samples.append(
-            {
-                "t": time.perf_counter(),
-                "server_cpu_pct": proc.cpu_percent(None),
-                "server_rss_mb": proc.memory_info().rss / 2**20,
-                "client_cpu_pct": me.cpu_percent(None),
-            }
-        )
+        now, wait = time.perf_counter(), runqueue_wait_s(proc.pid)
+        sample = {
+            "t": now,
+            "server_cpu_pct": proc.cpu_percent(None),
+            "server_rss_mb": proc.memory_info().rss / 2**20,
+            "client_cpu_pct": me.cpu_percent(None),
+        }
+        if wait is not None and last_wait is not None:
+            # time the gateway's threads were ready to run but waited for a core
+            sample["server_runqueue_wait_pct"] = (wait - last_wait) / (now - last_t) * 100.0
+        last_t, last_wait = now, wait
+        samples.append(sample)
+
+
+def runqueue_wait_s(pid: int) -> float | None:
+    """Total seconds the threads of ``pid`` spent runnable but not running (Linux
+    schedstat); ``None`` where the kernel does not expose it."""
+    total_ns = 0
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/schedstat", encoding="ascii") as f:
+                total_ns += int(f.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+    return total_ns / 1e9
 
 
 async def run_overhead(
@@ -283,6 +301,10 @@ async def run_overhead(
         "server_cpu_pct": server_cpu,
         "server_rss_mb": summarize([u["server_rss_mb"] for u in in_window], 1),
         "client_cpu_pct": client_cpu,
+        "server_runqueue_wait_pct": summarize(
+            [u["server_runqueue_wait_pct"] for u in in_window if "server_runqueue_wait_pct" in u],
+            1,
+        ),
         "samples": {
             "lateness_ms": [round(x * 1000, 3) for x in late[:: max(1, len(late) // 20000)]],
             "usage": [{**u, "t": round(u["t"] - begin, 2)} for u in usage],
@@ -315,7 +337,8 @@ def summary_line(result: dict[str, Any]) -> str:
         f"p50 {late.get('p50')} p99 {late.get('p99')} max {late.get('max')} ms, "
         f"gateway CPU mean {cpu.get('mean')} % "
         f"({result['server_cpu_ms_per_audio_s']} ms per audio second), "
-        f"{result['audio_s_per_s']} audio-s/s, RSS max {rss.get('max')} MB"
+        f"{result['audio_s_per_s']} audio-s/s, RSS max {rss.get('max')} MB, "
+        f"waiting for a core {result['server_runqueue_wait_pct'].get('mean')} % of the time"
     )
 
 

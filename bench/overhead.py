@@ -217,6 +217,7 @@ def runqueue_wait_s(pid: int) -> float | None:
 async def run_overhead(
     cfg: OverheadConfig, argv: list[str] | None = None, progress: bool = True
 ) -> dict[str, Any]:
+    hardware = describe()  # before the load: the load average says how busy the box was
     mp = multiprocessing.get_context("spawn")
     parent, child = mp.Pipe()
     proc = mp.Process(
@@ -276,7 +277,7 @@ async def run_overhead(
         "meta": {
             "kind": "overhead",
             "argv": argv or [],
-            "hardware": describe(),
+            "hardware": hardware,
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         },
         "config": asdict(cfg),

@@ -112,6 +112,8 @@ class Session:
 
     def receive_bytes(self, data: bytes, now: float) -> list[Action]:
         """Binary frames carry nothing from clients in v1: an error, twice closes."""
+        if self.closed:
+            return []
         self.binary_count += 1
         detail = invalid_request(
             ErrorCode.BINARY_NOT_ALLOWED, "binary messages are not accepted from clients"

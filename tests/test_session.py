@@ -349,6 +349,7 @@ def test_binary_frames_error_then_close_with_1008() -> None:
     actions = session.receive_bytes(b"x", 0)
     assert errors(actions) and isinstance(actions[-1], Close)
     assert actions[-1].code == CLOSE_POLICY
+    assert session.receive_bytes(b"x", 0) == [] and session.receive_text(msg(type="ping"), 0) == []
 
 
 def test_session_update_applies_to_later_contexts_only() -> None:

@@ -236,9 +236,10 @@ async def _index(request: Request) -> Response:
 
 
 async def _refuse(ws: WebSocket, subprotocol: str | None, detail: ErrorDetail, code: int) -> None:
-    await ws.accept(subprotocol=subprotocol)
-    await ws.send_text(dump_event(ErrorEvent(error=detail)))
-    await ws.close(code=code, reason=detail.code)
+    with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):
+        await ws.accept(subprotocol=subprotocol)
+        await ws.send_text(dump_event(ErrorEvent(error=detail)))
+        await ws.close(code=code, reason=detail.code)
 
 
 def _admission_error(ws: WebSocket, state: GatewayState) -> tuple[ErrorDetail, int] | str:
@@ -305,13 +306,13 @@ async def _serve_session(
         await _refuse(ws, subprotocol, detail, code)
         return
     key_id = admitted
-    state.admission.open_session(key_id)
-    state.metrics.sessions_total.inc()
-    state.metrics.sessions_active.inc()
     config = SessionConfig(id=f"sess_{secrets.token_hex(12)}", model=state.model_name)
     pipeline = SessionPipeline(
         state, config, segmenter_factory, quota=KeyContextQuota(state, key_id)
     )
+    state.admission.open_session(key_id)
+    state.metrics.sessions_total.inc()
+    state.metrics.sessions_active.inc()
     try:
         await ws.accept(subprotocol=subprotocol)
         await pipeline.start()

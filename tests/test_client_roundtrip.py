@@ -23,6 +23,7 @@ from gateway.client import (
     connect,
     read_wav,
     speak,
+    to_wav,
 )
 from gateway.protocol import (
     ContextCancelled,
@@ -269,3 +270,41 @@ async def test_events_are_typed(url: str) -> None:
         kinds = {type(item) async for item in ctx.events()}
     assert {ContextCreated, SegmentStarted, AudioChunk, ContextDone} <= kinds
     assert SessionCreated not in kinds
+
+
+class CloningFakeEngine(FakeEngine):
+    """The fake engine plus the voice-cloning capability the gateway looks for."""
+
+    supports_voice_cloning = True
+
+    async def clone_voice(self, voice_id: str, clip: object, text: str | None) -> None:
+        self.config.voices = (*self.config.voices, voice_id)
+
+    async def remove_cloned_voice(self, voice_id: str) -> None:
+        self.config.voices = tuple(v for v in self.config.voices if v != voice_id)
+
+
+def tone_wav(seconds: float, rate: int = 24000) -> bytes:
+    t = np.arange(int(seconds * rate)) / rate
+    return to_wav((0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), rate)
+
+
+async def test_voice_create_then_speak_with_it() -> None:
+    async with serve(gateway_app(CloningFakeEngine())) as base, connect(base) as conn:
+        created = await conn.voices.create(tone_wav(1.0), voice_id="my-voice", text="A tone.")
+        assert created.voice_id == "my-voice" and not created.cached
+        assert created.duration_s == pytest.approx(1.0, abs=0.05)
+        again = await conn.voices.create(tone_wav(1.0), voice_id="my-voice", text="A tone.")
+        assert again.cached
+        assert (await conn.session.update(voice="my-voice")).voice == "my-voice"
+        ctx = conn.context()
+        await ctx.append("Spoken in my voice.")
+        await ctx.end()
+        assert (await ctx.collect()).done.status == "completed"
+
+
+async def test_voice_create_on_an_engine_without_cloning(url: str) -> None:
+    async with connect(url) as conn:
+        with pytest.raises(ServerError) as err:
+            await conn.voices.create(tone_wav(0.5), voice_id="nope")
+    assert err.value.code == "voice_unsupported"

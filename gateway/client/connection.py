@@ -14,11 +14,12 @@ import asyncio
 import base64
 import contextlib
 import itertools
+import json
 import time
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Generator
-from typing import Any
+from typing import Any, get_args
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import websockets
@@ -61,6 +62,19 @@ from gateway.protocol import (
 ConnectionItem = ServerEvent | AudioChunk
 MAX_CONTEXT_ID_CHARS = 64
 MAX_TRACKED_EVENTS = 4096  # recent context events whose errors can be routed back
+
+
+SERVER_EVENT_TYPES = frozenset(
+    model.model_fields["type"].default for model in get_args(get_args(ServerEvent)[0])
+)
+
+
+def _event_type(message: str) -> object:
+    try:
+        raw = json.loads(message)
+    except ValueError:
+        return None
+    return raw.get("type") if isinstance(raw, dict) else None
 
 
 def realtime_url(url: str, model: str | None = None, token: str | None = None) -> str:
@@ -125,6 +139,7 @@ class Connection:
         self._ids = itertools.count(1)
         self._event_owner: OrderedDict[str, ContextState] = OrderedDict()
         self._closing = False
+        self.unknown_events = 0  # events of types newer than this SDK, skipped
         self._closed_error: ClientError | None = None
         self._reader = asyncio.create_task(self._read_loop(), name="speech-client-reader")
 
@@ -220,7 +235,7 @@ class Connection:
                     if isinstance(message, bytes):
                         self._on_binary(message, received_at)
                     else:
-                        self._on_event(parse_server_event(message), received_at)
+                        self._on_text(message, received_at)
                 except (ValidationError, ValueError) as e:
                     self._events.put_nowait(ProtocolViolationError(str(e)))
         except ConnectionClosed as e:
@@ -229,6 +244,17 @@ class Connection:
         if error is None and code not in (CLOSE_NORMAL, None) and not self._closing:
             error = closed_error(code, self._ws.close_reason or "")
         self._finish(error)
+
+    def _on_text(self, message: str, received_at: float) -> None:
+        try:
+            event = parse_server_event(message)
+        except ValidationError:
+            if _event_type(message) not in SERVER_EVENT_TYPES:
+                # A newer server's event this SDK does not know: skip it, count it.
+                self.unknown_events += 1
+                return
+            raise
+        self._on_event(event, received_at)
 
     def _finish(self, error: ClientError | None) -> None:
         final = error or ConnectionClosedError(self._ws.close_code, "connection closed")

@@ -46,7 +46,7 @@ from realtime_engine.engines.base import (
     SpeechEngine,
     UnsupportedVoiceError,
 )
-from realtime_engine.talker.types import TalkerSampling
+from realtime_engine.talker.types import NUM_CODEBOOKS, TalkerSampling
 
 log = logging.getLogger("gateway.contexts")
 
@@ -111,7 +111,8 @@ def to_engine_request(request_id: str, spec: OpenContext, text: str) -> SegmentR
         voice=cfg.voice,
         sampling=sampling,
         chunking=chunking,
-        max_new_tokens=math.ceil(cfg.max_audio_seconds * CODEC_FRAMES_PER_S),
+        # The delay pattern spends NUM_CODEBOOKS - 1 extra rows before the last frame.
+        max_new_tokens=math.ceil(cfg.max_audio_seconds * CODEC_FRAMES_PER_S) + NUM_CODEBOOKS - 1,
     )
 
 

@@ -31,6 +31,7 @@ from gateway.protocol import (
     ContextDone,
     SegmentStarted,
     SessionCreated,
+    TextFlushed,
 )
 from realtime_engine.engines.base import SegmentRequest
 from realtime_engine.engines.fake import FakeEngine, segment_pitch_hz
@@ -308,3 +309,21 @@ async def test_voice_create_on_an_engine_without_cloning(url: str) -> None:
         with pytest.raises(ServerError) as err:
             await conn.voices.create(tone_wav(0.5), voice_id="nope")
     assert err.value.code == "voice_unsupported"
+
+
+async def test_manual_buffering_speaks_on_flush(url: str) -> None:
+    async with connect(url) as conn:
+        await conn.session.update(text_buffering={"mode": "manual"}, output={"format": "pcm16"})
+        ctx = conn.context("manual")
+        await ctx.append("Nothing is spoken ")
+        await ctx.append("until the flush.")
+        flush_id = await ctx.flush("f1")
+        assert flush_id == "f1"
+        seen: list[str] = []
+        async for item in ctx.events():
+            seen.append("audio" if isinstance(item, AudioChunk) else item.type)
+            if isinstance(item, TextFlushed):
+                assert item.flush_id == "f1"
+                await ctx.end()
+        assert seen.index("text.flushed") > seen.index("audio")
+        assert seen.count("segment.started") == 1 and seen[-1] == "context.done"

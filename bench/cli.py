@@ -100,7 +100,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="also run the same levels against a streaming /v1/audio/speech server",
     )
-    run.add_argument("--peer-max-new-tokens", type=int, default=None)
+    run.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help="talker steps per HTTP request (the peer, and the gateway with --http): "
+        "a fixed audio length with random weights, e.g. 250 -> 9.68 s",
+    )
     run.add_argument(
         "--http",
         action="store_true",
@@ -172,19 +178,33 @@ async def _run(args: argparse.Namespace, argv: list[str]) -> int:
     result = new_result(
         "run",
         cfg,
-        {"url": args.url, "peer_url": args.peer_url, "format": args.format, "http": args.http},
+        {
+            "url": args.url,
+            "peer_url": args.peer_url,
+            "format": args.format,
+            "http": args.http,
+            "max_new_tokens": args.max_new_tokens,
+        },
         argv,
     )
     targets: list[tuple[str, Any]] = []
     if args.http:
         targets.append(
-            ("gateway-http", SpeechHttpTarget(args.url, api_key=args.api_key, label="gateway-http"))
+            (
+                "gateway-http",
+                SpeechHttpTarget(
+                    args.url,
+                    api_key=args.api_key,
+                    max_new_tokens=args.max_new_tokens,
+                    label="gateway-http",
+                ),
+            )
         )
     else:
         targets.append(("gateway", _gateway_target(args, args.url)))
     if args.peer_url:
         targets.append(
-            ("peer", SpeechHttpTarget(args.peer_url, max_new_tokens=args.peer_max_new_tokens))
+            ("peer", SpeechHttpTarget(args.peer_url, max_new_tokens=args.max_new_tokens))
         )
     for label, target in targets:
         levels, rows = await sweep(target, cfg, label, progress=not args.no_progress)

@@ -3,8 +3,12 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
+from bench.cli import _run, build_parser
 from bench.records import derive
 from bench.server import gateway_app, serve
 from bench.targets import GatewayTarget, SpeechHttpTarget
@@ -53,3 +57,36 @@ async def test_http_target_streams_pcm() -> None:
     # chunk pts are the running byte count, in ms
     assert [c.pts_ms for c in record.chunks][:2] == [0.0, record.chunks[0].duration_ms]
     assert not refused.ok and refused.error is not None and "HTTP 404" in refused.error
+
+
+async def test_run_command_side_by_side(tmp_path: Path) -> None:
+    """``bench run`` against a gateway, with the same server's HTTP endpoint as the peer."""
+    async with serve(gateway_app(FakeEngine(realtime_factor=0.05))) as url:
+        argv = [
+            "run",
+            "--url",
+            url,
+            "--peer-url",
+            url,
+            "--levels",
+            "2",
+            "--warmup",
+            "0.2",
+            "--duration",
+            "1.0",
+            "--tokens-per-s",
+            "0",
+            "--no-progress",
+            "--out",
+            str(tmp_path),
+        ]
+        assert await _run(build_parser().parse_args(argv), argv) == 0
+    result = json.loads((tmp_path / "run.json").read_text())
+    assert [lv["target"] for lv in result["levels"]] == ["gateway", "peer"]
+    for level in result["levels"]:
+        assert level["ok"] >= 1 and level["errors"] == 0
+        assert level["ttfa_ms"]["p50"] > 0 and level["throughput_audio_s_per_s"] > 0
+    assert {r["target"] for r in result["streams"]} == {"gateway", "peer"}
+    assert result["config"]["peer_url"] == url
+    for name in ("run_ttfa_cdf.png", "run_vs_load.png", "run_gap_hist.png"):
+        assert (tmp_path / name).stat().st_size > 1000

@@ -33,7 +33,6 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, cast
 
-import numpy as np
 import torch
 from torch import nn
 from vllm.config import VllmConfig
@@ -76,6 +75,7 @@ class HiggsModelState(DefaultModelState):
         )
         self.audio_at_pos = torch.zeros(slots, self.max_len, dtype=torch.bool, device=dev)
         self.prompt_len = torch.zeros(slots, dtype=torch.int64, device=dev)
+        self.prefill_len = torch.zeros(slots, dtype=torch.int64, device=dev)
         self.live = torch.zeros(slots, dtype=torch.bool, device=dev)
         self.audio_token = torch.zeros(slots, dtype=torch.int64, device=dev)
         self.eos_token = torch.zeros(slots, dtype=torch.int64, device=dev)
@@ -108,6 +108,7 @@ class HiggsModelState(DefaultModelState):
         idx = torch.tensor([slot], dtype=torch.int64, device=self.device)
         self.audio_at_pos[slot].zero_()
         self.prompt_len[slot] = prompt_len
+        self.prefill_len[slot] = len(prefill) if prefill is not None else prompt_len
         if args is None:
             logger.warning("request %s has no talker settings; stopping it", new_req_data.req_id)
             self.live[slot] = False
@@ -203,18 +204,17 @@ class HiggsModelState(DefaultModelState):
         codes = torch.where((index >= 0).unsqueeze(-1), codes, -1)
         return codes.transpose(1, 2)
 
-    def sample(self, logits: torch.Tensor, input_batch: Any) -> torch.Tensor:
-        """Sample rows for the batch; return the text token each request takes ``[B]``."""
+    def sample(self, logits: torch.Tensor, input_batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sample rows for the batch.
+
+        Returns the text token each request takes and whether the row was a
+        real step (a non-final chunk of a chunked prefill also reaches the
+        sampler), both ``[B]``. Computed on the device from the sequence
+        lengths: a host array copied up would synchronise the stream.
+        """
         b = input_batch.num_reqs
         slots = input_batch.idx_mapping[:b].long()
-        # A non-final chunk of a chunked prefill also reaches the sampler.
-        finishes_prefill = (
-            input_batch.num_computed_prefill_tokens_np[:b] + input_batch.num_scheduled_tokens[:b]
-            >= input_batch.prefill_len_np[:b]
-        )
-        real = torch.from_numpy(np.ascontiguousarray(finishes_prefill)).to(
-            self.device, non_blocking=True
-        )
+        real = input_batch.seq_lens[:b] >= self.prefill_len[slots]
         valid = real & self.live[slots]
         term = self.termination
         step = term.step.index_select(0, slots)
@@ -251,7 +251,7 @@ class HiggsModelState(DefaultModelState):
             [self.args_of_slot.get(int(s)) for s in input_batch.idx_mapping_np[:b]],
         )
         stop = done | ~self.live[slots]
-        return torch.where(stop, self.eos_token[slots], self.audio_token[slots])
+        return torch.where(stop, self.eos_token[slots], self.audio_token[slots]), real
 
 
 @dataclass(frozen=True)
@@ -301,15 +301,8 @@ class HiggsCodeSampler:
         return getattr(self._base, name)
 
     def __call__(self, logits: torch.Tensor, input_batch: Any) -> Any:
-        tokens = self._state.sample(logits, input_batch)
-        b = input_batch.num_reqs
-        num_sampled = torch.from_numpy(
-            np.ascontiguousarray(
-                input_batch.num_computed_prefill_tokens_np[:b]
-                + input_batch.num_scheduled_tokens[:b]
-                >= input_batch.prefill_len_np[:b]
-            )
-        ).to(device=tokens.device, dtype=input_batch.seq_lens.dtype, non_blocking=True)
+        tokens, real = self._state.sample(logits, input_batch)
+        num_sampled = real.to(input_batch.seq_lens.dtype)
         values: dict[str, Any] = {
             "sampled_token_ids": tokens.view(-1, 1),
             "logprobs_tensors": None,

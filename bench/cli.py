@@ -84,6 +84,12 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _raw(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--raw", action="store_true", help="keep every stream's timestamps and chunks in the JSON"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -113,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="drive the gateway's own /v1/audio/speech instead of the WebSocket",
     )
     _common(run)
+    _raw(run)
 
     smoke = sub.add_parser("smoke", help="in-process gateway with the fake engine, a few seconds")
     smoke.add_argument("--levels", type=_levels, default=[1.0, 4.0])
@@ -121,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     smoke.add_argument("--first-chunk-delay-ms", type=float, default=50.0)
     _common(smoke)
+    _raw(smoke)
     smoke.set_defaults(warmup=0.5, duration=2.0)
 
     over = sub.add_parser("overhead", help="fake engine, many sessions: what the gateway adds")
@@ -147,6 +155,7 @@ def _sweep_config(args: argparse.Namespace) -> SweepConfig:
         prebuffer_s=args.prebuffer_ms / 1000,
         underrun_threshold_s=args.underrun_ms / 1000,
         texts=tuple(args.text) if args.text else TEXTS,
+        raw=args.raw,
     )
 
 

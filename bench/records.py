@@ -45,9 +45,16 @@ class StreamRecord:
     def ok(self) -> bool:
         return self.error is None and bool(self.chunks) and self.t_done is not None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, t0: float = 0.0) -> dict[str, Any]:
+        """Plain data with times as seconds since ``t0``; chunks as
+        ``[t_s, pts_ms, duration_ms, nbytes]`` rows."""
         out = asdict(self)
-        out["chunks"] = [[c.t_s, c.pts_ms, c.duration_ms, c.nbytes] for c in self.chunks]
+        for key, value in out.items():
+            if key.startswith("t_") and isinstance(value, float):
+                out[key] = round(value - t0, 6)
+        out["chunks"] = [
+            [round(c.t_s - t0, 6), c.pts_ms, c.duration_ms, c.nbytes] for c in self.chunks
+        ]
         return out
 
 

@@ -28,6 +28,7 @@ class SweepConfig:
     prebuffer_s: float = 0.0
     underrun_threshold_s: float = DEFAULT_UNDERRUN_THRESHOLD_S
     texts: tuple[str, ...] = TEXTS
+    raw: bool = False  # keep every stream's timestamps and chunks in the JSON
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -109,7 +110,11 @@ async def sweep(
         summary["samples"] = level_samples(result)
         levels.append(summary)
         measured = {id(r) for r in result.in_window()}
-        rows.extend(stream_row(r, level, id(r) in measured) for r in result.records)
+        for r in result.records:
+            row = stream_row(r, level, id(r) in measured)
+            if cfg.raw:  # every timestamp and chunk, seconds from the level's start
+                row["record"] = r.to_json(t0=result.t_begin)
+            rows.append(row)
         if progress:
             print(format_level(summary), file=sys.stderr)
     return levels, rows

@@ -37,26 +37,32 @@ def _rate(value: str) -> float | None:
     return None if rate <= 0 else rate
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def _output(p: argparse.ArgumentParser) -> None:
+    """Flags every subcommand has: where results go, the window, the audio format."""
     p.add_argument("--out", type=Path, default=Path("bench-out"), help="output folder")
+    p.add_argument("--warmup", type=float, default=5.0, help="seconds excluded at the start")
+    p.add_argument("--duration", type=float, default=30.0, help="measurement window (s)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--format", default="opus", choices=("opus", "pcm16", "pcm_f32", "mulaw"))
+    p.add_argument("--sample-rate", type=int, default=24000)
+    p.add_argument("--no-decode", action="store_true", help="do not decode audio on the client")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def _load(p: argparse.ArgumentParser) -> None:
+    """Flags of the load sweeps (run, smoke)."""
     p.add_argument(
         "--mode",
         choices=("closed", "open"),
         default="closed",
         help="closed: levels are concurrencies; open: Poisson arrivals per second",
     )
-    p.add_argument("--warmup", type=float, default=5.0, help="seconds excluded at the start")
-    p.add_argument("--duration", type=float, default=30.0, help="measurement window (s)")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--tokens-per-s",
         type=_rate,
         default=30.0,
         help="text streamed token by token at this rate; 0 sends it all at once",
     )
-    p.add_argument("--format", default="opus", choices=("opus", "pcm16", "pcm_f32", "mulaw"))
-    p.add_argument("--sample-rate", type=int, default=24000)
-    p.add_argument("--no-decode", action="store_true", help="do not decode audio on the client")
     p.add_argument(
         "--prebuffer-ms",
         type=float,
@@ -75,16 +81,12 @@ def _common(p: argparse.ArgumentParser) -> None:
         default=None,
         help="text to speak (repeatable); default: the built-in sentences",
     )
-    p.add_argument("--no-progress", action="store_true")
     p.add_argument(
         "--session",
         type=json.loads,
         default={},
         help='extra session.update fields as JSON, e.g. \'{"latency_preset": "latency"}\'',
     )
-
-
-def _raw(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--raw", action="store_true", help="keep every stream's timestamps and chunks in the JSON"
     )
@@ -118,8 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="drive the gateway's own /v1/audio/speech instead of the WebSocket",
     )
-    _common(run)
-    _raw(run)
+    _output(run)
+    _load(run)
 
     smoke = sub.add_parser("smoke", help="in-process gateway with the fake engine, a few seconds")
     smoke.add_argument("--levels", type=_levels, default=[1.0, 4.0])
@@ -127,8 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--engine-rtf", type=float, default=0.1, help="fake engine wall seconds per audio second"
     )
     smoke.add_argument("--first-chunk-delay-ms", type=float, default=50.0)
-    _common(smoke)
-    _raw(smoke)
+    _output(smoke)
+    _load(smoke)
     smoke.set_defaults(warmup=0.5, duration=2.0)
 
     over = sub.add_parser("overhead", help="fake engine, many sessions: what the gateway adds")
@@ -136,11 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     over.add_argument("--engine-rtf", type=float, default=1.0)
     over.add_argument("--first-chunk-delay-ms", type=float, default=50.0)
     over.add_argument("--ramp", type=float, default=5.0, help="seconds to open all sessions")
-    over.add_argument(
-        "--url", default=None, help="gateway serving the stamping fake engine; default: start one"
-    )
-    _common(over)
-    over.set_defaults(warmup=8.0, duration=20.0, format="pcm16", tokens_per_s=None)
+    over.add_argument("--words", type=int, default=18, help="words per context (18: ~5 s of audio)")
+    _output(over)
+    over.set_defaults(warmup=8.0, duration=20.0, format="pcm16")
     return parser
 
 
@@ -264,6 +264,7 @@ async def _overhead(args: argparse.Namespace, argv: list[str]) -> int:
         sample_rate=args.sample_rate,
         decode=not args.no_decode,
         seed=args.seed,
+        words_per_text=args.words,
     )
     result = await run_overhead(cfg, argv, progress=not args.no_progress)
     args.out.mkdir(parents=True, exist_ok=True)

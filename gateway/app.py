@@ -141,7 +141,9 @@ async def _sample_engine_stats(state: GatewayState, interval_s: float = 1.0) -> 
         return
     sampler = EngineStatsSampler(state.metrics)
     while True:
-        sampler.observe(stats())
+        current = stats()
+        if current is not None:
+            sampler.observe(current)
         await asyncio.sleep(interval_s)
 
 

@@ -22,7 +22,7 @@ KIND_AUDIO = 1
 KNOWN_KINDS = frozenset({KIND_AUDIO})
 HEADER_SIZE = 12
 
-_HEADER = struct.Struct(">BBHII")
+HEADER_STRUCT = struct.Struct(">BBHII")
 _U16_MAX = 0xFFFF
 _U32_MAX = 0xFFFFFFFF
 
@@ -54,7 +54,7 @@ def pack_frame(stream: int, seq: int, pts_ms: int, payload: bytes, kind: int = K
         raise FrameFormatError(f"unknown frame kind {kind!r}")
     if not isinstance(payload, bytes | bytearray | memoryview):
         raise FrameFormatError(f"payload must be bytes, got {type(payload).__name__}")
-    return _HEADER.pack(FRAME_VERSION, kind, stream, seq, pts_ms) + bytes(payload)
+    return HEADER_STRUCT.pack(FRAME_VERSION, kind, stream, seq, pts_ms) + bytes(payload)
 
 
 def parse_frame(data: bytes | bytearray | memoryview) -> AudioFrame:
@@ -64,7 +64,7 @@ def parse_frame(data: bytes | bytearray | memoryview) -> AudioFrame:
     raw = bytes(data)
     if len(raw) < HEADER_SIZE:
         raise FrameFormatError(f"frame of {len(raw)} bytes is shorter than the header")
-    version, kind, stream, seq, pts_ms = _HEADER.unpack_from(raw)
+    version, kind, stream, seq, pts_ms = HEADER_STRUCT.unpack_from(raw)
     if version != FRAME_VERSION:
         raise FrameFormatError(f"unsupported frame version {version}")
     if kind not in KNOWN_KINDS:

@@ -303,6 +303,11 @@ class HiggsEngine:
         pcm = await self._codec.decode(job)
         return decoder.complete(job, pcm)
 
+    def stats(self) -> Any:
+        """The runner's cumulative step counters (for /metrics), if it keeps any."""
+        runner_stats = getattr(self._runner, "stats", None)
+        return runner_stats() if callable(runner_stats) else None
+
     async def abort(self, request_id: str) -> None:
         if request_id not in self._running:
             return

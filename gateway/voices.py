@@ -15,8 +15,6 @@ about a broken clip first.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import hashlib
 import io
 import math
@@ -28,17 +26,13 @@ from typing import Protocol, runtime_checkable
 import av
 import numpy as np
 
+from gateway.protocol import decode_audio_payload
 from gateway.state import CreatedVoice
 from realtime_engine.engines.base import SpeechEngine, UnsupportedVoiceError
 
 CLIP_SAMPLE_RATE = 24_000
 CODEC_FRAME_SAMPLES = 960  # one codec frame at 24 kHz (40 ms)
 MAX_TRANSCRIPT_CHARS = 2_000
-_WINDOWS_PATH = re.compile(r"^[A-Za-z]:[\\/]")
-# Base64 of even 50 ms of 24 kHz audio is longer than this; a shorter string
-# that starts with "/" is a path, not data.
-_MIN_INLINE_CHARS = 1024
-_DATA_URI = re.compile(r"^data:([^,;]*)((?:;[^,;]*)*),", re.IGNORECASE)
 _VOICE_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 
 
@@ -102,47 +96,16 @@ def cloning_unsupported(engine: SpeechEngine) -> UnsupportedVoiceError:
     )
 
 
-def _looks_like_path(text: str) -> bool:
-    """Path-only characters, or a short slash-led string (real clips are kilobytes)."""
-    if any(ch in text for ch in ".\\~"):
-        return True
-    return text.startswith("/") and len(text) < _MIN_INLINE_CHARS
-
-
 def reference_bytes(value: str, param: str = "audio") -> bytes:
-    """The bytes of inline reference audio: a ``data:`` URI or plain base64.
+    """The bytes of inline reference audio (``gateway.protocol.decode_audio_payload``).
 
     Paths and URLs are refused outright; nothing is ever read from disk or
     fetched.
     """
-    text = value.strip()
-    if not text:
-        raise ReferenceAudioError(f"'{param}' is empty", param)
-    match = _DATA_URI.match(text)
-    if match is not None:
-        if ";base64" not in match.group(2).lower():
-            raise ReferenceAudioError(f"'{param}' data: URI must be base64-encoded", param)
-        payload = text[match.end() :]
-    elif ":" in text and not _WINDOWS_PATH.match(text):  # never part of base64
-        raise ReferenceAudioError(
-            f"'{param}' must be inline audio (base64 or a data: URI); URLs are not fetched", param
-        )
-    elif _looks_like_path(text):
-        raise ReferenceAudioError(
-            f"'{param}' must be inline audio (base64 or a data: URI); "
-            "server file paths are not read",
-            param,
-        )
-    else:
-        payload = text
-    payload = re.sub(r"\s+", "", payload).replace("-", "+").replace("_", "/")
     try:
-        data = base64.b64decode(payload + "=" * (-len(payload) % 4), validate=True)
-    except (binascii.Error, ValueError) as e:
-        raise ReferenceAudioError(f"'{param}' is not valid base64: {e}", param) from e
-    if not data:
-        raise ReferenceAudioError(f"'{param}' holds no audio data", param)
-    return data
+        return decode_audio_payload(value, param)
+    except ValueError as e:
+        raise ReferenceAudioError(str(e), param) from e
 
 
 def decode_clip(data: bytes, max_seconds: float, param: str = "audio") -> ReferenceClip:

@@ -23,7 +23,7 @@ from gateway.client.audio import (
     read_wav,
     to_wav,
 )
-from gateway.client.connection import Connection, connect, realtime_url
+from gateway.client.connection import Connection
 from gateway.client.context import AudioChunk, Context, Utterance
 from gateway.client.errors import (
     AuthenticationError,
@@ -42,6 +42,7 @@ from gateway.client.errors import (
     ServerError,
     TryAgainLaterError,
 )
+from gateway.client.handshake import connect, realtime_url
 from gateway.client.sync import speak, speak_async
 
 __all__ = [

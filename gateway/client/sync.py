@@ -6,8 +6,8 @@ import asyncio
 from typing import Any
 
 from gateway.client.audio import to_wav
-from gateway.client.connection import connect
 from gateway.client.errors import ClientError
+from gateway.client.handshake import connect
 
 
 async def speak_async(

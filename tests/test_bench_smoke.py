@@ -26,7 +26,7 @@ TTFA_SLACK_MS = 1500.0
 
 def run_smoke(out: Path, *extra: str) -> dict[str, Any]:
     argv = [
-        "smoke",
+        "--smoke",
         "--out",
         str(out),
         "--no-progress",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -190,7 +191,7 @@ def test_stamp_lookup() -> None:
 
 
 def test_server_metric_summaries_cover_numeric_fields() -> None:
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"ttfa_ms": 100.0, "queue_ms": 5.0, "segments": 2, "note": "x", "flag": True},
         {"ttfa_ms": 300.0, "queue_ms": None, "segments": 4},
     ]

@@ -45,6 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-contexts", type=int, help="open contexts per session")
     serve.add_argument("--idle-timeout", type=float, help="seconds before an idle session closes")
     serve.add_argument("--log-level", default="info")
+    commands.add_parser(
+        "bench",
+        help="benchmark a running gateway (see `speech-gateway bench --help`)",
+        add_help=False,
+    )
     return parser
 
 
@@ -148,6 +153,11 @@ async def serve(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:
+        from bench.cli import main as bench_main
+
+        return bench_main(argv[1:])
     args = build_parser().parse_args(argv)
     settings = settings_from_args(args)
     kind = resolve_engine_kind(args.engine, args.model)

@@ -127,3 +127,13 @@ async def test_server_transport_limits_and_pings() -> None:
     finally:
         server.should_exit = True
         await asyncio.wait_for(task, 10)
+
+
+def test_bench_subcommand_forwards_to_the_bench_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    from gateway.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "smoke" in out and "overhead" in out

@@ -110,7 +110,9 @@ class HiggsModelState(DefaultModelState):
         self.prompt_len[slot] = prompt_len
         self.prefill_len[slot] = len(prefill) if prefill is not None else prompt_len
         if args is None:
-            logger.warning("request %s has no talker settings; stopping it", new_req_data.req_id)
+            # vLLM's own warm-up requests (``_warmup_*``) carry none; anything else is misuse.
+            log = logger.debug if new_req_data.req_id.startswith("_warmup") else logger.warning
+            log("request %s has no talker settings; stopping it", new_req_data.req_id)
             self.live[slot] = False
             self.eos_token[slot] = self.fallback_eos
             return

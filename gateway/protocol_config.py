@@ -61,6 +61,9 @@ class Chunking(_Strict):
     chunk_frames: int = Field(ge=1, le=200)
     left_context_frames: int = Field(ge=0, le=64)
     right_holdback_frames: int = Field(ge=0, le=64)
+    # Geometric ramp of chunk sizes after the first chunk (null: none); the
+    # playback buffer never drains while the talker runs >= this x real time.
+    chunk_growth: float | None = Field(default=1.5, ge=1.0, le=8.0)
 
 
 PRESETS: dict[str, Chunking] = {

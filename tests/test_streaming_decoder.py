@@ -15,7 +15,13 @@ from hypothesis import strategies as st
 from realtime_engine.codec.decoder import CodecDecoder, load_codec_decoder
 from realtime_engine.codec.errors import CodecInputError, InvalidChunkingError, StreamStateError
 from realtime_engine.codec.layout import CodecDims, random_codec_state_dict
-from realtime_engine.codec.presets import PRESETS, first_chunk_rows, get_preset, is_exact
+from realtime_engine.codec.presets import (
+    PRESETS,
+    chunk_schedule,
+    first_chunk_rows,
+    get_preset,
+    is_exact,
+)
 from realtime_engine.codec.streaming import (
     DecodeJob,
     StreamingDecoder,
@@ -101,12 +107,15 @@ def utterance_rows(frames: int, seed: int, padding: float = 0.0) -> np.ndarray:
     return apply_delay(raw)
 
 
+# None (no ramp), exactly 1 (constant first-size chunks), or a random ratio.
+chunk_growth = st.one_of(st.none(), st.just(1.0), st.floats(1.0, 4.0))
 exact_chunking = st.builds(
     ChunkingParams,
     first_chunk_frames=st.integers(1, 6),
     chunk_frames=st.integers(1, 12),
     left_context_frames=st.integers(10, 14),
     right_holdback_frames=st.integers(10, 13),
+    chunk_growth=chunk_growth,
 )
 any_chunking = st.builds(
     ChunkingParams,
@@ -114,6 +123,7 @@ any_chunking = st.builds(
     chunk_frames=st.integers(1, 12),
     left_context_frames=st.integers(0, 14),
     right_holdback_frames=st.integers(0, 13),
+    chunk_growth=chunk_growth,
 )
 
 
@@ -216,8 +226,10 @@ def test_steady_chunks_have_equal_windows() -> None:
     jobs += decoder.plan_finish()
     assert jobs[0].window_frames == params.first_chunk_frames + params.right_holdback_frames
     assert jobs[-1].final and not any(j.final for j in jobs[:-1])
-    steady = [j for j in jobs[:-1] if j.window_start > 0]
-    assert steady and {j.window_frames for j in steady} == {
+    ramp = len(chunk_schedule(params)) - 1  # chunks before the first steady-size one
+    steady = jobs[ramp:-1]
+    assert steady and {j.emit_frames for j in steady} == {params.chunk_frames}
+    assert {j.window_frames for j in steady} == {
         params.left_context_frames + params.chunk_frames + params.right_holdback_frames
     }
     assert sum(j.emit_frames for j in jobs) == 100
@@ -326,7 +338,14 @@ def test_misuse_is_refused() -> None:
 
 @pytest.mark.parametrize(
     "params",
-    [ChunkingParams(0, 10, 10, 2), ChunkingParams(1, 0, 10, 2), ChunkingParams(1, 1, -1, 0)],
+    [
+        ChunkingParams(0, 10, 10, 2),
+        ChunkingParams(1, 0, 10, 2),
+        ChunkingParams(1, 1, -1, 0),
+        ChunkingParams(1, 10, 10, 2, chunk_growth=0.9),
+        ChunkingParams(1, 10, 10, 2, chunk_growth=float("nan")),
+        ChunkingParams(1, 10, 10, 2, chunk_growth=float("inf")),
+    ],
 )
 def test_invalid_chunking_is_refused(params: ChunkingParams) -> None:
     with pytest.raises(InvalidChunkingError):

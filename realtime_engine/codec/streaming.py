@@ -10,6 +10,12 @@ decoder's receptive field is +-10 frames, so ``L >= 10`` and ``H >= 10`` make
 the concatenated chunks equal to a whole-utterance decode; smaller ``H``
 trades exactness at chunk edges for earlier audio.
 
+Chunk sizes follow ``presets.next_chunk_frames``: ``first_chunk_frames``,
+then a geometric ramp (``chunk_growth``) up to ``chunk_frames``, so that the
+client's playback buffer grows after the first chunk instead of draining.
+The sizes only decide where chunk edges fall; which samples are emitted
+does not depend on them when the context is exact.
+
 End of utterance: the stream ends at the first raw frame whose codebook-0 code
 is EOC (the talker's stop marker), or at ``finish()``, whichever comes first.
 Frames from that marker on are never decoded; all earlier complete frames
@@ -35,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from realtime_engine.codec.errors import CodecInputError, StreamStateError
-from realtime_engine.codec.presets import validate_chunking
+from realtime_engine.codec.presets import next_chunk_frames, validate_chunking
 from realtime_engine.engines.base import ChunkingParams
 from realtime_engine.talker.types import EOC, NUM_CODEBOOKS
 
@@ -185,7 +191,7 @@ class StreamingDecoder:
         pending = target - self._emitted
         if final:
             self._done = True
-        need = p.first_chunk_frames if self._emitted == 0 else p.chunk_frames
+        need = next_chunk_frames(p, self._emitted)
         if pending <= 0 or (not final and pending < need):
             return []
         start = max(0, self._emitted - p.left_context_frames)

@@ -24,6 +24,11 @@ class ChunkingParams:
     chunk_frames: int
     left_context_frames: int
     right_holdback_frames: int
+    # After the first chunk, chunk sizes grow geometrically by this ratio up to
+    # ``chunk_frames`` so the client's buffer grows instead of draining; safe
+    # (no underrun) while the talker runs at >= this many times real time.
+    # None: jump straight to ``chunk_frames`` (see docs/presets.md).
+    chunk_growth: float | None = 1.5
 
 
 @dataclass(frozen=True)

@@ -244,3 +244,19 @@ def test_preempted_requests_resume_with_their_audio_history(
     for got, expected in zip(loops.run(together()), alone, strict=True):
         assert got.shape == (rows, 8)
         np.testing.assert_array_equal(got, expected)
+
+
+def test_abort_before_iterating_frees_the_request_id(
+    engine: tuple[Any, LoopThread], prompts: list[TalkerPrompt], reference_rows: list[np.ndarray]
+) -> None:
+    runner, loops = engine
+
+    async def abort_then_resubmit() -> tuple[np.ndarray, np.ndarray]:
+        first = runner.submit(TalkerRequest("again", prompts[0], GREEDY, max_new_tokens=100))
+        await runner.abort("again")
+        second = await generate(runner, TalkerRequest("again", prompts[0], GREEDY, 24))
+        return await collect(first), second
+
+    aborted, rows = loops.run(abort_then_resubmit())
+    assert len(aborted) <= 1
+    np.testing.assert_array_equal(rows, reference_rows[0])

@@ -176,6 +176,8 @@ class VllmTalkerRunner:
     def submit(self, request: TalkerRequest) -> AsyncIterator[np.ndarray]:
         from vllm import SamplingParams
 
+        if self._engine is None:
+            raise TalkerError("the runner is closed")
         self._loop = asyncio.get_running_loop()
         if request.request_id in self._by_request:
             raise TalkerError(f"request {request.request_id!r} is already running")
@@ -262,17 +264,24 @@ class VllmTalkerRunner:
             task.cancel()
 
     async def abort(self, request_id: str) -> None:
-        stream = self._by_request.get(request_id)
+        stream = self._by_request.pop(request_id, None)
         if stream is None:
             return
+        # Forget it now: its iterator may never be resumed to clean up itself.
+        self._streams.pop(stream.correlation_id, None)
         await self._engine.abort(request_id)
         stream.queue.put_nowait(_Aborted())
 
     async def close(self) -> None:
+        if self._engine is None:
+            return
         for stream in list(self._streams.values()):
             await self.abort(stream.request.request_id)
         self._engine.shutdown()
         self._receiver.close()
+        # Drop the engine while the interpreter is fully alive: its finaliser
+        # fails when it only runs at interpreter exit.
+        self._engine = None
 
 
 def create_talker_runner(model_dir: str | Path, backend: str = "auto", **opts: Any) -> Any:

@@ -44,3 +44,19 @@ def apply_cpu_vllm_env(kv_cache_gib: int = 1) -> None:
     os.environ.update(cpu_vllm_env(kv_cache_gib))
     if str(SUPPORT_DIR) not in sys.path:
         sys.path.insert(0, str(SUPPORT_DIR))
+    if "vllm" in sys.modules:
+        from vllm.triton_utils import HAS_TRITON
+
+        if not HAS_TRITON:
+            raise RuntimeError("vllm was imported before the CPU Triton shim was set up")
+    # Triton lists its backends once, at first import, from the sys.path of that
+    # moment: when something imported it earlier, add the placeholder by hand.
+    import triton.backends as triton_backends
+
+    if "cpu" not in triton_backends.backends:
+        from triton_cpu_interpret.compiler import InterpretOnlyBackend
+        from triton_cpu_interpret.driver import InterpretOnlyDriver
+
+        triton_backends.backends["cpu"] = triton_backends.Backend(
+            InterpretOnlyBackend, InterpretOnlyDriver
+        )

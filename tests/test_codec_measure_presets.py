@@ -27,3 +27,12 @@ def test_measure_presets_tiny(tmp_path: Path) -> None:
     assert first["latency"]["rows"] == 10
     assert first["latency"]["ms_at_25_rows_per_s"] == 400
     assert first["exact"]["rows"] == 7 + 4 + 10
+    playback = results["playback"]
+    assert {(b["preset"], b["speed"]) for b in playback} >= {("balanced", 1.0), ("balanced", 3.0)}
+    for b in playback:
+        assert b["matched"]["pauses"] == 0  # growth <= speed never pauses
+        assert b["plain"]["longest_ms"] > 0  # jumping to chunk_frames always pauses here
+        if b["speed"] >= 1.5:
+            assert b["ramp"]["pauses"] == 0
+        else:  # below the default growth the ramp only splits the stall
+            assert 0 < b["ramp"]["longest_ms"] < b["plain"]["longest_ms"]

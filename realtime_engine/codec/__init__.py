@@ -3,7 +3,14 @@
 from realtime_engine.codec.decoder import CodecDecoder, extract_codec_state, load_codec_decoder
 from realtime_engine.codec.errors import CodecInputError, InvalidChunkingError, StreamStateError
 from realtime_engine.codec.layout import CODEC_PREFIX, CodecDims, random_codec_state_dict
-from realtime_engine.codec.presets import PRESETS, first_chunk_rows, get_preset, is_exact
+from realtime_engine.codec.presets import (
+    PRESETS,
+    chunk_schedule,
+    first_chunk_rows,
+    get_preset,
+    is_exact,
+    next_chunk_frames,
+)
 from realtime_engine.codec.streaming import (
     DecodeJob,
     StreamingDecoder,
@@ -22,12 +29,14 @@ __all__ = [
     "InvalidChunkingError",
     "StreamStateError",
     "StreamingDecoder",
+    "chunk_schedule",
     "decode_jobs_batched",
     "extract_codec_state",
     "first_chunk_rows",
     "get_preset",
     "is_exact",
     "load_codec_decoder",
+    "next_chunk_frames",
     "random_codec_state_dict",
     "rows_to_frames",
     "run_jobs",

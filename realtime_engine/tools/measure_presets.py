@@ -6,7 +6,9 @@ frames (max abs error and error relative to the utterance peak). The
 first-audio cost is the number of talker rows needed before the first chunk
 (7 delay rows + first_chunk_frames + holdback), also in ms at a given row
 rate. Decode time per chunk is measured on this machine for the first and
-steady-state window lengths.
+steady-state window lengths. The playback table runs each preset's chunk
+schedule, with and without the chunk-size ramp, through the client playback
+simulator at a few talker speeds (multiples of real time, 25 rows/s).
 
     python -m realtime_engine.tools.measure_presets --dims tiny --streams 40
     python -m realtime_engine.tools.measure_presets --dims real --streams 3 --timing
@@ -19,6 +21,7 @@ be smaller. The exact presets are exact regardless of weights.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import statistics
@@ -31,7 +34,8 @@ import torch
 
 from realtime_engine.codec.decoder import CodecDecoder, extract_codec_state, load_codec_decoder
 from realtime_engine.codec.layout import CODEC_PREFIX, CodecDims, random_codec_state_dict
-from realtime_engine.codec.presets import DELAY_ROWS, PRESETS, first_chunk_rows
+from realtime_engine.codec.playback import REAL_TIME_ROWS_PER_S, chunk_arrivals, simulate_playback
+from realtime_engine.codec.presets import DELAY_ROWS, PRESETS, chunk_schedule, first_chunk_rows
 from realtime_engine.codec.streaming import StreamingDecoder, rows_to_frames
 from realtime_engine.engines.base import ChunkingParams
 from realtime_engine.talker.delay import apply_delay
@@ -105,6 +109,40 @@ def first_audio(name: str, params: ChunkingParams, step_ms: float) -> FirstAudio
     return FirstAudio(name, rows, rows * FRAME_MS, rows * step_ms)
 
 
+@dataclass
+class Stalls:
+    longest_ms: float
+    total_ms: float
+    pauses: int  # underruns after the first chunk
+
+
+@dataclass
+class Playback:
+    preset: str
+    speed: float  # talker rows per second / 25
+    schedule: list[int]  # the preset's ramp, first chunk to steady size
+    ramp: Stalls  # the preset's chunk_growth
+    matched: Stalls  # chunk_growth = min(speed, the preset's)
+    plain: Stalls  # no ramp: first chunk, then chunk_frames at once
+
+
+def stalls(params: ChunkingParams, speed: float, frames: int) -> Stalls:
+    report = simulate_playback(chunk_arrivals(params, frames, speed * REAL_TIME_ROWS_PER_S))
+    return Stalls(report.longest_stall_s * 1000, report.stall_s * 1000, report.underruns)
+
+
+def playback(name: str, params: ChunkingParams, speed: float, frames: int) -> Playback:
+    growth = params.chunk_growth or speed
+    return Playback(
+        name,
+        speed,
+        chunk_schedule(params),
+        stalls(params, speed, frames),
+        stalls(dataclasses.replace(params, chunk_growth=min(speed, growth)), speed, frames),
+        stalls(dataclasses.replace(params, chunk_growth=None), speed, frames),
+    )
+
+
 # Wall clock by default; with --clock cpu (and one thread) the process CPU
 # time, which leaves out time spent waiting for a core on a loaded machine.
 CLOCK: Callable[[], float] = time.perf_counter
@@ -165,6 +203,23 @@ def markdown(results: dict[str, object]) -> str:
             f"| {f['preset']} | {f['rows']} | {f['ms_at_25_rows_per_s']:.0f} "
             f"| {f['ms_at_step']:.1f} |"
         )
+    if results.get("playback"):
+        lines += [
+            "",
+            "longest / total stall after the first chunk (pauses), 150-frame utterances:",
+            "",
+            "| preset | ramp | speed | preset ramp | growth = speed | no ramp |",
+            "|---|---|---|---|---|---|",
+        ]
+
+        def cell(x: dict[str, float]) -> str:
+            return f"{x['longest_ms']:.0f} / {x['total_ms']:.0f} ms ({x['pauses']:.0f})"
+
+        for b in results["playback"]:  # type: ignore[attr-defined]
+            lines.append(
+                f"| {b['preset']} | {', '.join(map(str, b['schedule']))} | {b['speed']:g}x "
+                f"| {cell(b['ramp'])} | {cell(b['matched'])} | {cell(b['plain'])} |"
+            )
     if results.get("decode_time"):
         lines += [
             "",
@@ -216,6 +271,12 @@ def main(argv: list[str] | None = None) -> None:
         help="safetensors file with real codec weights (bundled or talker layout) "
         "instead of random ones",
     )
+    parser.add_argument(
+        "--speeds",
+        type=lambda text: [float(x) for x in text.split(",") if x],
+        default=[1.0, 1.25, 1.5, 2.0, 3.0],
+        help="talker speeds (x real time) for the playback table; empty: skip",
+    )
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
 
@@ -257,6 +318,11 @@ def main(argv: list[str] | None = None) -> None:
             for e in holdback_sweep(codec, list(range(11)), args.streams, args.frames, args.seed)
         ]
     results["first_audio"] = [asdict(first_audio(n, p, args.step_ms)) for n, p in PRESETS.items()]
+    results["playback"] = [
+        asdict(playback(n, p, speed, frames=150))
+        for n, p in PRESETS.items()
+        for speed in args.speeds
+    ]
     if args.timing:
         results["decode_time"] = [
             asdict(decode_time(codec, n, p, args.repeats, args.stat)) for n, p in PRESETS.items()

@@ -255,3 +255,47 @@ def test_counter_noise_drives_the_shared_sampler_to_the_right_distribution() -> 
     draws = sample_codes(logits, allowed, params, noise, history).codes.view(-1).numpy()
     freq = np.bincount(draws, minlength=3)[:3] / steps
     np.testing.assert_allclose(freq, [0.5, 0.3, 0.2], atol=0.03)
+
+
+class _IdleEngine:
+    """The part of vLLM's ``AsyncLLM`` interface a runner uses without requests."""
+
+    def __init__(self) -> None:
+        self.shut_down = False
+
+    async def abort(self, request_id: str) -> None:
+        return None
+
+    def shutdown(self) -> None:
+        self.shut_down = True
+
+
+@pytest.mark.parametrize(
+    ("max_new", "fixed", "prompt_len", "expected"),
+    [
+        (2048, None, 10, (90, None)),  # capped to the context left
+        (50, None, 10, (50, None)),
+        (50, 40, 10, (None, 40)),
+        (50, 90, 10, (None, 90)),
+    ],
+)
+async def test_row_budget_fits_the_context_window(
+    max_new: int, fixed: int | None, prompt_len: int, expected: tuple[int | None, int | None]
+) -> None:
+    from realtime_engine.talker.vllm_runner import VllmTalkerRunner
+
+    engine = _IdleEngine()
+    runner = VllmTalkerRunner(engine, SPECIALS, max_model_len=100)
+    try:
+        request = TalkerRequest("b", TalkerPrompt((1,)), max_new_tokens=max_new, fixed_rows=fixed)
+        assert runner._row_budget(request, prompt_len) == expected
+        too_many = TalkerRequest("c", TalkerPrompt((1,)), fixed_rows=91)
+        with pytest.raises(TalkerError, match="exceeds"):
+            runner._row_budget(too_many, prompt_len)
+        with pytest.raises(TalkerError, match="no room"):
+            runner._row_budget(request, 95)
+    finally:
+        await runner.close()
+    assert engine.shut_down
+    with pytest.raises(TalkerError, match="closed"):
+        runner.submit(request)

@@ -260,3 +260,15 @@ def test_abort_before_iterating_frees_the_request_id(
     aborted, rows = loops.run(abort_then_resubmit())
     assert len(aborted) <= 1
     np.testing.assert_array_equal(rows, reference_rows[0])
+
+
+def test_a_cap_beyond_the_context_still_closes_the_delay_pattern(
+    engine: tuple[Any, LoopThread], prompts: list[TalkerPrompt]
+) -> None:
+    runner, loops = engine
+    sampling = TalkerSampling(temperature=1.0, seed=5)
+    request = TalkerRequest("cap", prompts[0], sampling, max_new_tokens=5000)
+    rows = loops.run(generate(runner, request))
+    room = (KV_BLOCKS - 1) * BLOCK_SIZE - len(prompts[0].token_ids)
+    assert 0 < len(rows) <= room
+    np.testing.assert_array_equal(apply_delay(revert_delay(rows)), rows)

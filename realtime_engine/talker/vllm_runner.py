@@ -94,8 +94,9 @@ def engine_prompt(
 class VllmTalkerRunner:
     """:class:`~realtime_engine.talker.types.TalkerRunner` on a vLLM ``AsyncLLM`` engine."""
 
-    def __init__(self, engine: Any, specials: SpecialIds) -> None:
+    def __init__(self, engine: Any, specials: SpecialIds, max_model_len: int | None = None) -> None:
         self._engine = engine
+        self._max_model_len = max_model_len
         self._specials = specials
         self._loop: asyncio.AbstractEventLoop | None = None
         self._streams: dict[str, _Stream] = {}
@@ -135,7 +136,7 @@ class VllmTalkerRunner:
             **engine_kwargs,
         )
         engine = AsyncLLM.from_engine_args(args)
-        return cls(engine, tokenizer.specials)
+        return cls(engine, tokenizer.specials, max_model_len)
 
     # ------------------------------------------------------------ receiving
     def _on_event(self, event: RowEvent | FailureEvent) -> None:
@@ -151,45 +152,69 @@ class VllmTalkerRunner:
             stream.queue.put_nowait(event)
 
     # ------------------------------------------------------------ requests
-    def _talker_args(self, request: TalkerRequest, cid: str, ref: tuple[int, int]) -> TalkerArgs:
+    def _row_budget(self, request: TalkerRequest, prompt_len: int) -> tuple[int | None, int | None]:
+        """``(max_new_tokens, fixed_rows)`` fitted to the context left after the prompt.
+
+        A cap that would run past ``max_model_len`` is lowered so the request
+        still closes its delay pattern (vLLM would otherwise cut it mid-row).
+        """
+        room = None if self._max_model_len is None else self._max_model_len - prompt_len
+        if room is not None and room < NUM_CODEBOOKS:
+            raise TalkerError(f"prompt of {prompt_len} tokens leaves no room to speak")
+        if request.fixed_rows is not None:
+            if room is not None and request.fixed_rows > room:
+                raise TalkerError(f"fixed_rows {request.fixed_rows} exceeds the {room} rows left")
+            return None, request.fixed_rows
+        cap = request.max_new_tokens if room is None else min(request.max_new_tokens, room)
+        return cap, None
+
+    def _talker_args(
+        self,
+        request: TalkerRequest,
+        correlation_id: str,
+        budget: tuple[int | None, int | None],
+        ref: tuple[int, tuple[tuple[int, ...], ...]],
+    ) -> TalkerArgs:
         s = request.sampling
         if s.ras_window > MAX_RAS_WINDOW:
             raise TalkerError(f"ras_window {s.ras_window} exceeds {MAX_RAS_WINDOW}")
-        not_before, at = eoc_bounds(request.max_new_tokens, request.fixed_rows)
-        offset, _ = ref
-        return TalkerArgs(
-            correlation_id=cid,
-            endpoint=self._receiver.endpoint,
-            audio_token_id=self._specials.audio,
-            eos_token_id=self._specials.eos,
-            temperature=s.temperature,
-            top_k=s.top_k,
-            top_p=s.top_p,
-            ras_window=s.ras_window,
-            ras_max_repeat=s.ras_max_repeat,
-            seed=s.seed if s.seed is not None else secrets.randbits(62),
-            eoc_not_before=not_before,
-            eoc_at=at,
-            ref_offset=offset,
-        )
+        not_before, at = eoc_bounds(*budget)
+        offset, rows = ref
+        try:
+            return TalkerArgs(
+                correlation_id=correlation_id,
+                endpoint=self._receiver.endpoint,
+                audio_token_id=self._specials.audio,
+                eos_token_id=self._specials.eos,
+                temperature=s.temperature,
+                top_k=s.top_k,
+                top_p=s.top_p,
+                ras_window=s.ras_window,
+                ras_max_repeat=s.ras_max_repeat,
+                seed=s.seed if s.seed is not None else secrets.randbits(62),
+                eoc_not_before=not_before,
+                eoc_at=at,
+                ref_offset=offset,
+                ref_rows=rows,
+            )
+        except TalkerArgsError as e:
+            raise TalkerError(str(e)) from e
 
     def submit(self, request: TalkerRequest) -> AsyncIterator[np.ndarray]:
-        from vllm import SamplingParams
-
         if self._engine is None:
             raise TalkerError("the runner is closed")
+        from vllm import SamplingParams
+
         self._loop = asyncio.get_running_loop()
         if request.request_id in self._by_request:
             raise TalkerError(f"request {request.request_id!r} is already running")
         ids, offset, rows = engine_prompt(request, self._specials)
         cid = f"{self._nonce}-{next(self._counter)}"
-        try:
-            args = self._talker_args(request, cid, (offset, len(rows)))
-            args = TalkerArgs(**{**args.__dict__, "ref_rows": rows})
-        except TalkerArgsError as e:
-            raise TalkerError(str(e)) from e
-        limit = request.fixed_rows if request.fixed_rows is not None else request.max_new_tokens
+        max_new, fixed = self._row_budget(request, len(ids))
+        args = self._talker_args(request, cid, (max_new, fixed), (offset, rows))
+        limit = fixed if fixed is not None else int(max_new or 0)
         params = SamplingParams(
+            # The worker stops the request itself; this is only a backstop.
             max_tokens=max(limit, 1) + 1,
             temperature=0.0,
             stop_token_ids=[self._specials.eos],

@@ -61,7 +61,8 @@ def split_by_endpoint(
 
 
 class RowPublisher:
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, *, enabled: bool = True) -> None:
+        self._enabled = enabled
         self._pusher = RowPusher()
         self._async = device.type == "cuda"
         self._queue: queue.Queue[
@@ -71,7 +72,7 @@ class RowPublisher:
             threading.Thread(target=self._drain, name="talker-row-publisher", daemon=True).start()
 
     def publish(self, step: StepRows, args_per_row: Sequence[TalkerArgs | None]) -> None:
-        if all(a is None for a in args_per_row):
+        if not self._enabled or all(a is None for a in args_per_row):
             return
         packed = step.packed()
         args = list(args_per_row)
@@ -85,6 +86,8 @@ class RowPublisher:
         self._queue.put((event, host, args))
 
     def fail(self, args: TalkerArgs, reason: str) -> None:
+        if not self._enabled:
+            return
         if self._async:
             self._queue.put((reason, args))
         else:

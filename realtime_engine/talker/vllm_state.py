@@ -89,7 +89,7 @@ class HiggsModelState(DefaultModelState):
         # Host side: which request and destination each slot serves.
         self.slot_of: dict[str, int] = {}
         self.args_of_slot: dict[int, TalkerArgs] = {}
-        self.publisher = RowPublisher(device)
+        self.publisher = RowPublisher(device, enabled=_is_first_rank(vllm_config))
         self._saved: OrderedDict[str, _SavedSlot] = OrderedDict()
         self.fallback_eos = int(
             getattr(vllm_config.model_config.hf_config.get_text_config(), "eos_token_id", 0) or 0
@@ -254,6 +254,18 @@ class HiggsModelState(DefaultModelState):
         )
         stop = done | ~self.live[slots]
         return torch.where(stop, self.eos_token[slots], self.audio_token[slots]), real
+
+
+def _is_first_rank(vllm_config: VllmConfig) -> bool:
+    """Only one tensor-parallel rank sends rows (every rank samples the same ones:
+    the noise is a function of seed and step, so ranks agree without talking)."""
+    if vllm_config.parallel_config.pipeline_parallel_size > 1:
+        raise ValueError("the Higgs talker does not support pipeline parallelism")
+    if vllm_config.parallel_config.tensor_parallel_size == 1:
+        return True
+    from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+
+    return bool(get_tensor_model_parallel_rank() == 0)
 
 
 @dataclass(frozen=True)

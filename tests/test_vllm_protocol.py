@@ -299,3 +299,17 @@ async def test_row_budget_fits_the_context_window(
     assert engine.shut_down
     with pytest.raises(TalkerError, match="closed"):
         runner.submit(request)
+
+
+def test_recent_codes_reads_each_slots_last_rows_oldest_first() -> None:
+    from realtime_engine.talker.vllm_sampling import recent_codes
+
+    codes_by_pos = torch.zeros(3, 20, 8, dtype=torch.int16)
+    prompt_len = torch.tensor([5, 2, 0])
+    for slot, start in enumerate((5, 2, 0)):
+        for k in range(6):
+            codes_by_pos[slot, start + k] = 100 * slot + k
+    got = recent_codes(codes_by_pos, prompt_len, torch.tensor([1, 0]), torch.tensor([6, 2]), 4)
+    assert got.shape == (2, 8, 4)
+    assert got[0, 0].tolist() == [102, 103, 104, 105]
+    assert got[1, 3].tolist() == [-1, -1, 0, 1]

@@ -34,20 +34,36 @@ def _mix(x: torch.Tensor) -> torch.Tensor:
     return x ^ _shr(x, 31)
 
 
+def _lanes(streams: int, num_codebooks: int, vocab: int, device: torch.device) -> torch.Tensor:
+    """Per-cell counter offsets ``[streams, N, V]`` (one kernel-sized constant per shape)."""
+    key = (streams, num_codebooks, vocab, device)
+    lanes = _LANES.get(key)
+    if lanes is None:
+        lanes = torch.arange(streams * num_codebooks * vocab, device=device, dtype=torch.int64)
+        lanes = (lanes + _GOLDEN).view(streams, num_codebooks, vocab)
+        _LANES[key] = lanes
+    return lanes
+
+
+_LANES: dict[tuple[int, int, int, torch.device], torch.Tensor] = {}
+
+
+def _uniform(
+    seed: torch.Tensor, step: torch.Tensor, streams: int, num_codebooks: int, vocab: int
+) -> torch.Tensor:
+    """Uniform floats in (0, 1), ``[B, streams, N, V]``; cell ``(s, q, c)`` uses counter
+    ``(s * N + q) * V + c`` under the key of ``(seed, step)``."""
+    base = _mix(seed * _GOLDEN + step).view(-1, 1, 1, 1)
+    key = _mix(base + _lanes(streams, num_codebooks, vocab, seed.device))
+    bits = _shr(key, 40)  # top 24 bits
+    return (bits.to(torch.float32) + 0.5) * (1.0 / (1 << 24))
+
+
 def uniform_noise(
     seed: torch.Tensor, step: torch.Tensor, num_codebooks: int, vocab: int, stream: int
 ) -> torch.Tensor:
-    """Uniform floats in (0, 1), ``[B, num_codebooks, vocab]``, a pure function of the inputs.
-
-    ``seed`` and ``step`` are int64 ``[B]``.
-    """
-    device = seed.device
-    q = torch.arange(num_codebooks, device=device, dtype=torch.int64).view(1, -1, 1)
-    v = torch.arange(vocab, device=device, dtype=torch.int64).view(1, 1, -1)
-    key = _mix(seed.view(-1, 1, 1) * _GOLDEN + step.view(-1, 1, 1))
-    key = _mix(key + (stream * num_codebooks + q) * vocab + v + _GOLDEN)
-    bits = _shr(key, 40)  # top 24 bits
-    return (bits.to(torch.float32) + 0.5) * (1.0 / (1 << 24))
+    """Stream ``stream`` of the noise alone, ``[B, N, V]`` (``seed``, ``step``: int64 ``[B]``)."""
+    return _uniform(seed, step, stream + 1, num_codebooks, vocab)[:, stream]
 
 
 def counter_noise(
@@ -55,12 +71,29 @@ def counter_noise(
 ) -> torch.Tensor:
     """Uniform noise ``[B, 2, N, V]`` for one step (main draw and RAS redraw) of each row.
 
-    The layout :func:`realtime_engine.talker.sampling.sample_codes` takes.
+    The layout :func:`realtime_engine.talker.sampling.sample_codes` takes;
+    both streams come out of one pass.
     """
-    return torch.stack(
-        [
-            uniform_noise(seed, step, num_codebooks, vocab, STREAM_SAMPLE),
-            uniform_noise(seed, step, num_codebooks, vocab, STREAM_RAS),
-        ],
-        dim=1,
-    )
+    return _uniform(seed, step, 2, num_codebooks, vocab)
+
+
+def recent_codes(
+    codes_by_pos: torch.Tensor,
+    prompt_len: torch.Tensor,
+    slots: torch.Tensor,
+    step: torch.Tensor,
+    width: int,
+) -> torch.Tensor:
+    """The last ``width`` emitted rows of each slot as ``[B, N, width]``, oldest first.
+
+    ``codes_by_pos`` ``[S, L, N]`` holds row ``k`` of slot ``s`` at position
+    ``prompt_len[s] + k``; ``step`` ``[B]`` is the number of rows emitted so
+    far. Positions before the first row read as ``-1``.
+    """
+    back = torch.arange(width, 0, -1, device=codes_by_pos.device)
+    index = step.unsqueeze(1) - back
+    max_pos = codes_by_pos.shape[1] - 1
+    pos = (prompt_len[slots].unsqueeze(1) + index).clamp(0, max_pos)
+    codes = codes_by_pos[slots.unsqueeze(1), pos].long()  # [B, width, N]
+    codes = torch.where((index >= 0).unsqueeze(-1), codes, -1)
+    return codes.transpose(1, 2)

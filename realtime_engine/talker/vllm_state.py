@@ -47,7 +47,7 @@ from realtime_engine.talker.sampling import BatchSampling, sample_codes
 from realtime_engine.talker.termination import BatchTermination, allowed_for_modes
 from realtime_engine.talker.vllm_protocol import MAX_RAS_WINDOW, TalkerArgs
 from realtime_engine.talker.vllm_publish import RowPublisher, StepRows
-from realtime_engine.talker.vllm_sampling import counter_noise
+from realtime_engine.talker.vllm_sampling import counter_noise, recent_codes
 
 logger = logging.getLogger(__name__)
 
@@ -197,15 +197,6 @@ class HiggsModelState(DefaultModelState):
 
     # -- sampling --------------------------------------------------------------
 
-    def _history(self, slots: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
-        """The last ``MAX_RAS_WINDOW`` codes per codebook ``[B, N, W]``, oldest first (-1: none)."""
-        back = torch.arange(MAX_RAS_WINDOW, 0, -1, device=self.device)
-        index = step.unsqueeze(1) - back
-        pos = (self.prompt_len[slots].unsqueeze(1) + index).clamp(0, self.max_len - 1)
-        codes = self.codes_by_pos[slots.unsqueeze(1), pos].long()  # [B, W, N]
-        codes = torch.where((index >= 0).unsqueeze(-1), codes, -1)
-        return codes.transpose(1, 2)
-
     def sample(self, logits: torch.Tensor, input_batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """Sample rows for the batch.
 
@@ -234,7 +225,7 @@ class HiggsModelState(DefaultModelState):
             allowed,
             params,
             counter_noise(self.seed[slots], step, self.num_codebooks, self.codebook_vocab),
-            self._history(slots, step),
+            recent_codes(self.codes_by_pos, self.prompt_len, slots, step, MAX_RAS_WINDOW),
         ).codes
         rows, done = term.advance(slots, codes)
         # Undo the advance for rows that were not real steps.

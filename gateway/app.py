@@ -92,6 +92,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         warm = asyncio.create_task(_warm_up(state))
+        sampler = asyncio.create_task(_sample_engine_stats(state, after=warm))
         if not settings.warm_in_background:
             await asyncio.shield(warm)
             if state.engine_error is not None:
@@ -102,7 +103,8 @@ def create_app(
             state.ready = False
             state.draining = True
             warm.cancel()
-            await asyncio.gather(warm, return_exceptions=True)
+            sampler.cancel()
+            await asyncio.gather(warm, sampler, return_exceptions=True)
             await engine.close()
 
     async def realtime(ws: WebSocket) -> None:
@@ -123,7 +125,7 @@ def create_app(
 
 
 async def _warm_up(state: GatewayState) -> None:
-    """Load and warm the engine, then serve; afterwards sample its counters."""
+    """Load and warm the engine; the gateway is ready once this returns."""
     try:
         await state.engine.start()
     except Exception as e:
@@ -131,13 +133,15 @@ async def _warm_up(state: GatewayState) -> None:
         log.error("the %s engine failed to start", state.engine.name, exc_info=e)
         return
     state.ready = True
-    await _sample_engine_stats(state)
 
 
-async def _sample_engine_stats(state: GatewayState, interval_s: float = 1.0) -> None:
+async def _sample_engine_stats(
+    state: GatewayState, after: asyncio.Task[None], interval_s: float = 1.0
+) -> None:
     """Feed /metrics from engines that expose cumulative ``stats()`` counters."""
+    await asyncio.shield(after)  # sample only an engine that started
     stats = getattr(state.engine, "stats", None)
-    if not callable(stats):
+    if not state.ready or not callable(stats):
         return
     sampler = EngineStatsSampler(state.metrics)
     while True:

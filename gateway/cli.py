@@ -17,6 +17,7 @@ from gateway.state import GatewayState
 from realtime_engine.engines.base import EngineError, SpeechEngine
 
 ENGINES = ("auto", "higgs", "cpu-voice", "fake")
+TALKER_BACKENDS = ("auto", "vllm", "reference")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,6 +42,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="require this key (repeat for several); also SPEECH_GATEWAY_API_KEYS",
     )
     serve.add_argument("--device", help="torch device for the Higgs engine (cuda, cuda:1, cpu)")
+    serve.add_argument(
+        "--talker",
+        choices=TALKER_BACKENDS,
+        default="auto",
+        help="Higgs talker runner: vLLM (continuous batching, CUDA), the in-process PyTorch "
+        "reference, or auto (vLLM when importable with a GPU)",
+    )
     serve.add_argument("--max-sessions", type=int, help="concurrent WebSocket sessions")
     serve.add_argument("--max-contexts", type=int, help="open contexts per session")
     serve.add_argument("--idle-timeout", type=float, help="seconds before an idle session closes")
@@ -61,7 +69,9 @@ def resolve_engine_kind(engine: str, model: str | None) -> str:
     return engine
 
 
-def build_engine(kind: str, model: str | None, device: str | None) -> SpeechEngine:
+def build_engine(
+    kind: str, model: str | None, device: str | None, talker: str = "auto"
+) -> SpeechEngine:
     if kind == "fake":
         from realtime_engine.engines.fake import FakeEngine
 
@@ -72,7 +82,7 @@ def build_engine(kind: str, model: str | None, device: str | None) -> SpeechEngi
         return CpuVoiceEngine()
     from realtime_engine.engines.higgs import HiggsEngine
 
-    engine: SpeechEngine = HiggsEngine.from_pretrained(model or "tiny", device)
+    engine: SpeechEngine = HiggsEngine.from_pretrained(model or "tiny", device, backend=talker)
     return engine
 
 
@@ -164,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _say(f"loading the {kind} engine" + (f" from {args.model}" if args.model else ""))
     loading = time.perf_counter()
     try:
-        engine = build_engine(kind, args.model, args.device)
+        engine = build_engine(kind, args.model, args.device, args.talker)
     except EngineError as e:
         print(f"speech-gateway: error: {e}", file=sys.stderr)
         return 2

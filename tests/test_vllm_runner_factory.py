@@ -31,3 +31,27 @@ async def test_auto_without_a_gpu_gives_a_working_reference_runner(tiny_checkpoi
     finally:
         await runner.close()
     assert np.stack(rows).shape == (9, 8)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="auto picks vLLM on a CUDA machine")
+async def test_auto_drops_vllm_only_options_when_it_falls_back(tiny_checkpoint: Path) -> None:
+    runner = create_talker_runner(
+        tiny_checkpoint, backend="auto", max_num_seqs=64, gpu_memory_utilization=0.9
+    )
+    try:
+        assert isinstance(runner, ReferenceRunner)
+    finally:
+        await runner.close()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="auto picks vLLM on a CUDA machine")
+async def test_higgs_engine_auto_backend_uses_the_reference_runner_on_cpu(
+    tiny_checkpoint: Path,
+) -> None:
+    from realtime_engine.engines.higgs import HiggsEngine
+
+    engine = HiggsEngine.from_pretrained(str(tiny_checkpoint), "cpu")
+    try:
+        assert isinstance(engine._runner, ReferenceRunner)
+    finally:
+        await engine.close()

@@ -31,6 +31,7 @@ from realtime_engine.engines.base import (
     ChunkingParams,
     EngineError,
     SegmentRequest,
+    SegmentTimings,
     UnsupportedVoiceError,
     VoiceInfo,
 )
@@ -42,6 +43,7 @@ from realtime_engine.talker.types import (
     TalkerPrompt,
     TalkerRequest,
     TalkerRunner,
+    TalkerTimings,
 )
 
 SAMPLE_RATE = 24_000
@@ -57,6 +59,35 @@ _SPEED_TAGS = (
     (1.35, "<|prosody:speed_fast|>"),
     (float("inf"), "<|prosody:speed_very_fast|>"),
 )
+
+
+class _StageClock:
+    """Stamps a segment's :class:`SegmentTimings` from the rows and chunks it sees."""
+
+    def __init__(self, timings: SegmentTimings | None) -> None:
+        self.timings = timings
+        self.talker = None if timings is None else TalkerTimings()
+        self._rows = 0
+
+    def submitted(self) -> None:
+        if self.timings is not None:
+            self.timings.mark("submitted")
+
+    def row(self) -> None:
+        if self.timings is None or self._rows > DELAY_TAIL_ROWS:
+            return
+        if self._rows == 0:
+            if self.talker is not None and self.talker.prefilled is not None:
+                self.timings.mark("prefilled", self.talker.prefilled)
+            self.timings.mark("first_row")
+        if self._rows == DELAY_TAIL_ROWS:  # the last codebook of frame 0 arrives here
+            self.timings.mark("first_frame_row")
+        self._rows += 1
+
+    def chunk(self, pcm: np.ndarray) -> np.ndarray:
+        if self.timings is not None and pcm.size:
+            self.timings.mark("first_chunk")
+        return pcm
 
 
 @dataclass(frozen=True)
@@ -175,15 +206,17 @@ class HiggsEngine:
         dtype: torch.dtype | None = None,
         max_batch: int = 32,
         chunking: ChunkingParams | None = None,
-        backend: str = "reference",
+        backend: str = "auto",
         runner_options: dict[str, Any] | None = None,
     ) -> HiggsEngine:
         """Load ``model`` (``tiny``, a directory or a cached HF id).
 
         ``backend``: ``"reference"`` runs the talker in-process on PyTorch;
-        ``"vllm"`` or ``"auto"`` hand it to
+        ``"vllm"`` hands it to vLLM through
         :func:`realtime_engine.talker.vllm_runner.create_talker_runner` with
-        ``runner_options``. The codec always runs here, on ``device``.
+        ``runner_options``; ``"auto"`` takes vLLM when it is importable and a
+        CUDA device is present, else the reference runner. The codec always
+        runs here, on ``device``.
         """
         from realtime_engine.model.checkpoint import SafetensorsCheckpoint
         from realtime_engine.model.hub import resolve_model
@@ -191,6 +224,10 @@ class HiggsEngine:
 
         if backend not in BACKENDS:
             raise EngineError(f"unknown talker backend {backend!r}; choose one of {BACKENDS}")
+        if backend == "auto":
+            from realtime_engine.talker.vllm_runner import vllm_usable
+
+            backend = "vllm" if vllm_usable() else "reference"
         dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if dtype is None:
             dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
@@ -252,7 +289,9 @@ class HiggsEngine:
             raise EngineError(f"cannot build a prompt: {e}") from e
 
     # ------------------------------------------------------------ synthesis
-    def _talker_request(self, request: SegmentRequest) -> TalkerRequest:
+    def _talker_request(
+        self, request: SegmentRequest, timings: TalkerTimings | None = None
+    ) -> TalkerRequest:
         fixed_rows = None
         if request.fixed_rows is not None:
             fixed_rows = request.fixed_rows + DELAY_TAIL_ROWS
@@ -261,13 +300,15 @@ class HiggsEngine:
             self._prompt(request),
             sampling=request.sampling,
             fixed_rows=fixed_rows,
+            timings=timings,
         )
         if request.max_new_tokens is not None:
             talker_request = replace(talker_request, max_new_tokens=request.max_new_tokens)
         return talker_request
 
     async def synthesize(self, request: SegmentRequest) -> AsyncIterator[np.ndarray]:
-        talker_request = self._talker_request(request)
+        clock = _StageClock(request.timings)
+        talker_request = self._talker_request(request, clock.talker)
         try:
             decoder = StreamingDecoder(self._decode_fn, request.chunking or self._chunking)
         except InvalidChunkingError as e:
@@ -275,6 +316,7 @@ class HiggsEngine:
         request_id = request.request_id
         if request_id in self._running:
             raise EngineError(f"request id {request_id!r} is already running")
+        clock.submitted()
         try:
             rows = self._runner.submit(talker_request)
         except TalkerError as e:
@@ -282,12 +324,13 @@ class HiggsEngine:
         self._running.add(request_id)
         try:
             async for row in rows:
+                clock.row()
                 for job in decoder.plan_feed(row):
-                    yield await self._complete(decoder, job)
+                    yield clock.chunk(await self._complete(decoder, job))
             if request_id in self._aborted:
                 return
             for job in decoder.plan_finish():
-                yield await self._complete(decoder, job)
+                yield clock.chunk(await self._complete(decoder, job))
         except TalkerError as e:
             raise EngineError(f"talker failed on {request_id!r}: {e}") from e
         except (CodecInputError, StreamStateError) as e:

@@ -319,7 +319,9 @@ def create_talker_runner(model_dir: str | Path, backend: str = "auto", **opts: A
     if backend not in ("auto", "vllm", "reference"):
         raise ValueError(f"unknown talker backend {backend!r}")
     if backend == "auto":
-        backend = "vllm" if _vllm_usable() else "reference"
+        backend = "vllm" if vllm_usable() else "reference"
+        if backend == "reference":  # options meant for vLLM do not apply
+            opts = {k: v for k, v in opts.items() if k in _REFERENCE_OPTIONS}
     if backend == "vllm":
         return VllmTalkerRunner.from_model_dir(model_dir, **opts)
     import torch
@@ -336,7 +338,11 @@ def create_talker_runner(model_dir: str | Path, backend: str = "auto", **opts: A
     return ReferenceRunner(loaded.model, device, **opts)
 
 
-def _vllm_usable() -> bool:
+_REFERENCE_OPTIONS = frozenset({"device", "dtype", "max_batch", "queue_rows", "max_positions"})
+
+
+def vllm_usable() -> bool:
+    """vLLM is importable and a CUDA device is present."""
     import importlib.util
 
     if importlib.util.find_spec("vllm") is None:

@@ -7,9 +7,10 @@ output formats or contexts; the gateway owns ordering, look-ahead and cancel.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import ClassVar, Literal, Protocol, get_args
 
 import numpy as np
 
@@ -31,6 +32,34 @@ class ChunkingParams:
     chunk_growth: float | None = 1.5
 
 
+Stage = Literal["submitted", "prefilled", "first_row", "first_frame_row", "first_chunk"]
+
+
+@dataclass
+class SegmentTimings:
+    """When one segment reached each stage before its first audio.
+
+    Monotonic ``time.perf_counter`` seconds (the gateway's clock too). The
+    engine stamps what it can see and leaves the rest ``None``; each stamp is
+    kept from its first ``mark``, so repeated calls are harmless.
+    """
+
+    submitted: float | None = None  # the engine handed the segment to its model
+    prefilled: float | None = None  # the talker finished the prompt (prefill)
+    first_row: float | None = None  # first code row out of the talker
+    first_frame_row: float | None = None  # the row that completes the first codec frame
+    first_chunk: float | None = None  # first PCM chunk out of the engine
+
+    STAGES: ClassVar[tuple[Stage, ...]] = get_args(Stage)
+
+    def mark(self, stage: Stage, at: float | None = None) -> None:
+        """Stamp ``stage`` (now, or ``at``) unless it is already stamped."""
+        if stage not in self.STAGES:
+            raise ValueError(f"unknown stage {stage!r}; choose one of {self.STAGES}")
+        if getattr(self, stage) is None:
+            setattr(self, stage, time.perf_counter() if at is None else at)
+
+
 @dataclass(frozen=True)
 class SegmentRequest:
     request_id: str
@@ -41,6 +70,9 @@ class SegmentRequest:
     max_new_tokens: int | None = None
     fixed_rows: int | None = None  # benchmarks: exact output length in frames
     speed: float = 1.0  # speaking rate; engines without rate control ignore it
+    # Filled by the engine as the segment progresses (see SegmentTimings);
+    # None: nobody is measuring.
+    timings: SegmentTimings | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -201,15 +201,20 @@ class CpuVoiceEngine:
             clauses = split_clauses(strip_control_tags(request.text))
             units = group_units(clauses, self._config.first_unit_chars, self._config.unit_chars)
             loop = asyncio.get_running_loop()
+            timings = request.timings
             for unit in units:
                 if active.cancelled.is_set() or self._executor is None:
                     return
+                if timings is not None:
+                    timings.mark("submitted")
                 audio = await loop.run_in_executor(
                     self._executor, self._synthesize_unit, unit, request.speed, active
                 )
                 if active.cancelled.is_set():
                     return
                 if audio.size:
+                    if timings is not None:
+                        timings.mark("first_chunk")
                     yield audio
         finally:
             # A consumer that stops early (closed or cancelled) must not leave

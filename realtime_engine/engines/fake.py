@@ -98,7 +98,10 @@ class FakeEngine:
             self.log.failed.append(request.request_id)
             raise UnsupportedVoiceError(f"unknown voice {request.voice!r}")
         aborted = self._abort_events.setdefault(request.request_id, asyncio.Event())
+        timings = request.timings
         try:
+            if timings is not None:
+                timings.mark("submitted")
             audio = self.render(request)
             if await self._sleep_unless(aborted, cfg.first_chunk_delay_s):
                 self.log.stopped.append(request.request_id)
@@ -117,6 +120,8 @@ class FakeEngine:
                 if aborted.is_set():
                     self.log.stopped.append(request.request_id)
                     return
+                if timings is not None:
+                    timings.mark("first_chunk")
                 yield chunk
                 if aborted.is_set():
                     # The consumer resumed us after aborting: it must not get more.

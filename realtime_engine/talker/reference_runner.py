@@ -294,6 +294,8 @@ class ReferenceRunner:
             with self._lock:
                 self._release(stream, error)
             return
+        if request.timings is not None:
+            request.timings.prefilled = time.perf_counter()
         with self._lock:
             self._prefills += 1
             if stream.cap == 0:

@@ -43,6 +43,13 @@ class TalkerPrompt:
     ref_rows: np.ndarray | None = None
 
 
+@dataclass
+class TalkerTimings:
+    """Stamps a runner fills for one request when it can (``time.perf_counter`` s)."""
+
+    prefilled: float | None = None  # the prompt is processed; decoding starts next
+
+
 @dataclass(frozen=True)
 class TalkerRequest:
     request_id: str
@@ -52,6 +59,8 @@ class TalkerRequest:
     # Stop after exactly this many rows regardless of EOC (benchmarks with
     # random weights, which never emit EOC on their own).
     fixed_rows: int | None = None
+    # Written by the runner (its own thread) before the request's first row is posted.
+    timings: TalkerTimings | None = field(default=None, compare=False, repr=False)
 
 
 class TalkerError(RuntimeError):

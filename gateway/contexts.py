@@ -43,6 +43,7 @@ from realtime_engine.engines.base import (
     EngineError,
     EngineOverloadedError,
     SegmentRequest,
+    SegmentTimings,
     SpeechEngine,
     UnsupportedVoiceError,
 )
@@ -52,6 +53,14 @@ log = logging.getLogger("gateway.contexts")
 
 # Higgs codec frames per second; caps a segment's engine budget.
 CODEC_FRAMES_PER_S = 25
+# First-audio stages, in order: (metrics / histogram name, SegmentTimings field).
+ENGINE_STAGES = (
+    ("queue", "submitted"),
+    ("prefill", "prefilled"),
+    ("first_row", "first_row"),
+    ("first_frame_row", "first_frame_row"),
+    ("first_chunk", "first_chunk"),
+)
 
 
 @dataclass
@@ -61,6 +70,7 @@ class ContextStats:
     first_ready_at: float | None = None  # first segment speakable (loop clock)
     first_engine_at: float | None = None
     first_sent_at: float | None = None
+    first_timings: SegmentTimings | None = None  # of the segment that gave the first audio
     generation_s: float = 0.0  # wall time spent waiting on the engine
     generated_s: float = 0.0  # audio seconds produced
     sent_ms: float = 0.0
@@ -69,17 +79,35 @@ class ContextStats:
     segment_texts: dict[int, str] = field(default_factory=dict)
     started_segments: set[int] = field(default_factory=set)
 
+    def stage_seconds(self) -> dict[str, float]:
+        """Each first-audio stage reached, in seconds after the first segment was speakable.
+
+        Keys in stage order (``ENGINE_STAGES``, then ``ttfa``); a stage the
+        engine does not report is absent. ``queue`` falls back to when the
+        gateway called the engine, for engines that stamp nothing.
+        """
+        ready = self.first_ready_at
+        if ready is None:
+            return {}
+        timings = self.first_timings or SegmentTimings()
+        stamps: list[tuple[str, float | None]] = [
+            (name, getattr(timings, field)) for name, field in ENGINE_STAGES
+        ]
+        if stamps[0][1] is None:
+            stamps[0] = ("queue", self.first_engine_at)
+        stamps.append(("ttfa", self.first_sent_at))
+        return {name: at - ready for name, at in stamps if at is not None}
+
     def metrics(self) -> ContextMetrics:
-        ttfa = queue = None
-        if self.first_ready_at is not None:
-            if self.first_sent_at is not None:
-                ttfa = round((self.first_sent_at - self.first_ready_at) * 1000, 2)
-            if self.first_engine_at is not None:
-                queue = round((self.first_engine_at - self.first_ready_at) * 1000, 2)
+        stages = {name: round(s * 1000, 2) for name, s in self.stage_seconds().items()}
         rtf = round(self.generation_s / self.generated_s, 4) if self.generated_s > 0 else None
         return ContextMetrics(
-            ttfa_ms=ttfa,
-            queue_ms=queue,
+            ttfa_ms=stages.get("ttfa"),
+            queue_ms=stages.get("queue"),
+            prefill_ms=stages.get("prefill"),
+            first_row_ms=stages.get("first_row"),
+            first_frame_row_ms=stages.get("first_frame_row"),
+            first_chunk_ms=stages.get("first_chunk"),
             rtf=rtf,
             first_segment_chars=self.first_segment_chars,
             segments=self.segments_done,
@@ -94,7 +122,9 @@ class ContextStats:
         return "".join(spoken), "".join(unspoken) + unspoken_tail
 
 
-def to_engine_request(request_id: str, spec: OpenContext, text: str) -> SegmentRequest:
+def to_engine_request(
+    request_id: str, spec: OpenContext, text: str, timings: SegmentTimings | None = None
+) -> SegmentRequest:
     cfg = spec.config
     chunking = None
     if cfg.chunking is not None:
@@ -113,6 +143,7 @@ def to_engine_request(request_id: str, spec: OpenContext, text: str) -> SegmentR
         chunking=chunking,
         # The delay pattern spends NUM_CODEBOOKS - 1 extra rows before the last frame.
         max_new_tokens=math.ceil(cfg.max_audio_seconds * CODEC_FRAMES_PER_S) + NUM_CODEBOOKS - 1,
+        timings=timings,
     )
 
 
@@ -261,7 +292,8 @@ class ContextWorker:
         if self.cancelled:
             return
         request_id = f"{self._session_id}:{self.key}:{item.index}"
-        request = to_engine_request(request_id, self.spec, item.text)
+        timings = SegmentTimings()
+        request = to_engine_request(request_id, self.spec, item.text, timings)
         cap = int(self.spec.config.max_audio_seconds * self._engine.sample_rate)
         produced = 0
         started = False
@@ -282,6 +314,8 @@ class ContextWorker:
                     await self._engine.abort(request_id)  # runaway segment: stop paying for it
                     exhausted = True
                 produced += len(chunk)
+                if self.stats.first_timings is None and len(chunk):
+                    self.stats.first_timings = timings
                 if not started:
                     started = True
                     await self._segment_started(item)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from typing import Protocol
 
 from prometheus_client import (
@@ -16,6 +18,19 @@ from prometheus_client import (
 _LATENCY_BUCKETS = (0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0)
 _STEP_BUCKETS = (0.001, 0.002, 0.004, 0.006, 0.008, 0.012, 0.02, 0.04, 0.08, 0.2)
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+# Stages start at sub-millisecond queueing, so finer than the TTFA buckets at the low end.
+_STAGE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, *_LATENCY_BUCKETS)
+
+
+def batch_bucket(batch_size: float) -> str:
+    """The power-of-two range a (mean) batch size falls in: ``1``, ``2``, ``3-4``, ``5-8``…"""
+    size = max(1, math.ceil(batch_size))
+    upper = 1 << (size - 1).bit_length()
+    if upper <= 2:
+        return str(upper)
+    if upper > _BATCH_BUCKETS[-1]:
+        return f">{_BATCH_BUCKETS[-1]}"
+    return f"{upper // 2 + 1}-{upper}"
 
 
 class GatewayMetrics:
@@ -41,9 +56,24 @@ class GatewayMetrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.stage_seconds = Histogram(
+            "speech_stage_seconds",
+            "First segment speakable to each first-audio stage "
+            "(queue, prefill, first_row, first_frame_row, first_chunk, ttfa)",
+            ["stage"],
+            buckets=_STAGE_BUCKETS,
+            registry=r,
+        )
         self.engine_step_seconds = Histogram(
             "speech_engine_step_seconds",
             "Engine decode step time",
+            buckets=_STEP_BUCKETS,
+            registry=r,
+        )
+        self.engine_step_seconds_by_batch = Histogram(
+            "speech_engine_step_seconds_by_batch",
+            "Engine decode step time by the batch size it ran at (power-of-two ranges)",
+            ["batch"],
             buckets=_STEP_BUCKETS,
             registry=r,
         )
@@ -68,6 +98,11 @@ class GatewayMetrics:
         self.errors_total = Counter(
             "speech_errors", "Error events sent, by type and code", ["type", "code"], registry=r
         )
+
+    def observe_stages(self, stages: Mapping[str, float]) -> None:
+        """One context's first-audio stages (seconds after its first segment was speakable)."""
+        for stage, seconds in stages.items():
+            self.stage_seconds.labels(stage=stage).observe(seconds)
 
     def error(self, error_type: str, code: str) -> None:
         self.errors_total.labels(type=error_type, code=code).inc()
@@ -96,7 +131,8 @@ class EngineStatsSampler:
     """Turns cumulative runner counters into step-time and batch-size samples.
 
     Each ``observe`` records the mean step time and mean batch size since the
-    previous call (one histogram sample per interval, not per step).
+    previous call (one histogram sample per interval, not per step), and the
+    step time again under that batch size's range, for step time vs batch.
     """
 
     def __init__(self, metrics: GatewayMetrics) -> None:
@@ -109,7 +145,11 @@ class EngineStatsSampler:
         total_s = stats.mean_step_s * stats.steps
         new_steps = stats.steps - self._steps
         if new_steps > 0:
-            self._metrics.engine_step_seconds.observe((total_s - self._total_s) / new_steps)
-            self._metrics.engine_batch_size.observe((stats.rows - self._rows) / new_steps)
+            step_s = (total_s - self._total_s) / new_steps
+            batch = (stats.rows - self._rows) / new_steps
+            self._metrics.engine_step_seconds.observe(step_s)
+            self._metrics.engine_batch_size.observe(batch)
+            by_batch = self._metrics.engine_step_seconds_by_batch
+            by_batch.labels(batch=batch_bucket(batch)).observe(step_s)
         self._steps, self._total_s, self._rows = stats.steps, total_s, stats.rows
         self._metrics.engine_waiting.set(stats.waiting)

@@ -132,6 +132,7 @@ class Outbound:
             stats.first_sent_at = now
             if stats.first_ready_at is not None:
                 self._metrics.ttfa_seconds.observe(now - stats.first_ready_at)
+                self._metrics.observe_stages(stats.stage_seconds())
         stats.sent_ms += item.duration_ms
         self.last_audio_at = now
         self._metrics.audio_seconds_out.inc(item.duration_ms / 1000)

@@ -220,8 +220,13 @@ class SegmentDone(_ServerEventBase):
 
 
 class ContextMetrics(_Lenient):
+    # First-audio stages: ms after the first segment became speakable (null: not reported).
     ttfa_ms: float | None = None
     queue_ms: float | None = None
+    prefill_ms: float | None = None
+    first_row_ms: float | None = None
+    first_frame_row_ms: float | None = None
+    first_chunk_ms: float | None = None
     rtf: float | None = None
     first_segment_chars: int = 0
     segments: int = 0

@@ -1,0 +1,311 @@
+"""Server-side first-audio stages: engine stamps → context.done metrics → /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from gateway_support import fake_app
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
+from starlette.testclient import TestClient
+
+from gateway.app import create_app
+from gateway.contexts import ENGINE_STAGES, ContextStats
+from gateway.metrics import EngineStatsSampler, GatewayMetrics, batch_bucket
+from gateway.settings import GatewaySettings
+from realtime_engine.engines.base import SegmentRequest, SegmentTimings
+from realtime_engine.engines.fake import FakeEngine
+from realtime_engine.engines.higgs import HiggsEngine
+from realtime_engine.model.tokenizer import HiggsTokenizer
+from realtime_engine.talker.delay import apply_delay
+from realtime_engine.talker.types import NUM_CODEBOOKS, TalkerRequest, TalkerSampling
+
+STAGE_ORDER = ["queue", "prefill", "first_row", "first_frame_row", "first_chunk", "ttfa"]
+STAGE_FIELDS = [f"{name}_ms" for name in STAGE_ORDER]
+
+
+# --------------------------------------------------------------------------- the record
+
+
+def test_a_stamp_is_kept_from_its_first_mark() -> None:
+    timings = SegmentTimings()
+    timings.mark("first_row", 5.0)
+    timings.mark("first_row", 7.0)
+    before = time.perf_counter()
+    timings.mark("submitted")
+    assert timings.first_row == 5.0
+    assert timings.submitted is not None and before <= timings.submitted <= time.perf_counter()
+    assert timings.prefilled is None and timings.first_chunk is None
+
+
+def test_unknown_stages_are_refused() -> None:
+    with pytest.raises(ValueError, match="unknown stage"):
+        SegmentTimings().mark("decoded")  # type: ignore[arg-type]
+
+
+def test_timings_do_not_change_request_equality() -> None:
+    plain = SegmentRequest("r", "text")
+    measured = SegmentRequest("r", "text", timings=SegmentTimings(submitted=1.0))
+    assert plain == measured
+
+
+# --------------------------------------------------------------------------- stats → metrics
+
+stamp = st.one_of(st.none(), st.floats(0.0, 50.0, allow_nan=False))
+
+
+@given(
+    ready=st.floats(0.0, 1000.0, allow_nan=False),
+    engine_at=stamp,
+    stamps=st.lists(stamp, min_size=5, max_size=5),
+    sent=stamp,
+)
+def test_metrics_are_each_stage_after_speakable(
+    ready: float,
+    engine_at: float | None,
+    stamps: list[float | None],
+    sent: float | None,
+) -> None:
+    def at(offset: float | None) -> float | None:
+        return None if offset is None else ready + offset
+
+    timings = SegmentTimings(*(at(s) for s in stamps))
+    stats = ContextStats(
+        first_ready_at=ready,
+        first_engine_at=at(engine_at),
+        first_sent_at=at(sent),
+        first_timings=timings,
+    )
+    expected: dict[str, float | None] = dict(zip(STAGE_ORDER, [*stamps, sent], strict=True))
+    if expected["queue"] is None:  # engines that stamp nothing: when the gateway called them
+        expected["queue"] = engine_at
+    seconds = stats.stage_seconds()
+    assert list(seconds) == [n for n in STAGE_ORDER if expected[n] is not None]
+    metrics = stats.metrics().model_dump()
+    for name, offset in expected.items():
+        if offset is None:
+            assert name not in seconds and metrics[f"{name}_ms"] is None
+        else:
+            assert seconds[name] == pytest.approx(offset, abs=1e-9)
+            assert metrics[f"{name}_ms"] == pytest.approx(offset * 1000, abs=0.006)
+
+
+def test_nothing_is_measured_before_a_segment_is_speakable() -> None:
+    stats = ContextStats(first_engine_at=1.0, first_timings=SegmentTimings(submitted=1.0))
+    assert stats.stage_seconds() == {}
+    assert all(stats.metrics().model_dump()[f] is None for f in STAGE_FIELDS)
+
+
+def test_engine_stages_follow_the_record_fields() -> None:
+    assert [field for _, field in ENGINE_STAGES] == list(SegmentTimings.STAGES)
+
+
+# --------------------------------------------------------------------------- step time by batch
+
+
+def test_batch_buckets_are_power_of_two_ranges() -> None:
+    assert batch_bucket(0) == batch_bucket(1) == batch_bucket(0.4) == "1"
+    assert batch_bucket(2) == batch_bucket(1.2) == "2"
+    assert batch_bucket(2.01) == "3-4"
+    for size in range(3, 513):
+        low, high = (int(x) for x in batch_bucket(size).split("-"))
+        assert low <= size <= high
+        assert high & (high - 1) == 0 and low == high // 2 + 1
+    assert batch_bucket(513) == batch_bucket(10_000) == ">512"
+
+
+@dataclass(frozen=True)
+class Stats:
+    steps: int
+    rows: int
+    mean_step_s: float
+    waiting: int
+
+
+def test_step_time_is_recorded_under_its_batch_size() -> None:
+    metrics = GatewayMetrics()
+    sampler = EngineStatsSampler(metrics)
+    # Interval 1: 10 steps of 4 ms at batch 4. Interval 2: 10 steps of 10 ms at batch 7.
+    sampler.observe(Stats(steps=10, rows=40, mean_step_s=0.004, waiting=0))
+    sampler.observe(Stats(steps=20, rows=110, mean_step_s=0.007, waiting=0))
+    value = metrics.registry.get_sample_value
+    name = "speech_engine_step_seconds_by_batch"
+    assert value(f"{name}_count", {"batch": "3-4"}) == 1
+    assert value(f"{name}_sum", {"batch": "3-4"}) == pytest.approx(0.004)
+    assert value(f"{name}_count", {"batch": "5-8"}) == 1
+    assert value(f"{name}_sum", {"batch": "5-8"}) == pytest.approx(0.010)
+    assert value(f"{name}_count", {"batch": "1"}) is None
+
+
+# --------------------------------------------------------------------------- through the gateway
+
+
+Scrape = dict[tuple[str, str, float], float]
+
+
+def scrape(client: TestClient) -> Scrape:
+    """``(sample name, stage, bucket bound) → value`` for the stage histogram.
+
+    The bound is ``inf`` for samples other than buckets.
+    """
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    out = {}
+    for family in text_string_to_metric_families(response.text):
+        for s in family.samples:
+            if s.name.startswith("speech_stage_seconds"):
+                le = float(s.labels.get("le", "inf"))
+                out[(s.name, s.labels["stage"], le)] = s.value
+    return out
+
+
+def count(scraped: Scrape, stage: str) -> float | None:
+    return scraped.get(("speech_stage_seconds_count", stage, float("inf")))
+
+
+def speak(client: TestClient, text: str, session: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One context over a WebSocket; its ``context.done`` metrics."""
+    with client.websocket_connect("/v1/realtime") as ws:
+        assert json.loads(ws.receive_text())["type"] == "session.created"
+        if session is not None:
+            ws.send_text(json.dumps({"type": "session.update", "session": session}))
+            assert json.loads(ws.receive_text())["type"] == "session.updated"
+        ws.send_text(json.dumps({"type": "text.append", "context_id": "c", "text": text}))
+        ws.send_text(json.dumps({"type": "context.end", "context_id": "c"}))
+        while True:
+            message = ws.receive()
+            if message.get("text") is None:
+                continue
+            event = json.loads(message["text"])
+            assert event["type"] != "error", event
+            if event["type"] == "context.done":
+                assert event["status"] == "completed"
+                metrics: dict[str, Any] = event["metrics"]
+                return metrics
+
+
+def assert_ordered(metrics: dict[str, Any], present: list[str]) -> None:
+    values = [metrics[f"{name}_ms"] for name in present]
+    assert all(v is not None and v >= 0 for v in values), metrics
+    assert values == sorted(values), metrics
+
+
+def test_fake_engine_stages_reach_done_and_metrics() -> None:
+    delay_s = 0.08
+    engine = FakeEngine(first_chunk_delay_s=delay_s)
+    with TestClient(fake_app(engine)) as client:
+        metrics = speak(client, "Hello there. ")
+        scraped = scrape(client)
+    assert_ordered(metrics, ["queue", "first_chunk", "ttfa"])
+    assert metrics["first_chunk_ms"] >= delay_s * 1000
+    # The fake has no talker: no prefill or rows to report.
+    assert metrics["prefill_ms"] is None
+    assert metrics["first_row_ms"] is None and metrics["first_frame_row_ms"] is None
+    for stage in ("queue", "first_chunk", "ttfa"):
+        assert count(scraped, stage) == 1
+        assert scraped[("speech_stage_seconds_sum", stage, float("inf"))] == pytest.approx(
+            metrics[f"{stage}_ms"] / 1000, abs=1e-4
+        )
+    assert count(scraped, "prefill") is None
+    # The first chunk lands above every bucket bound below the configured delay.
+    buckets = {
+        le: value
+        for (name, stage, le), value in scraped.items()
+        if name == "speech_stage_seconds_bucket" and stage == "first_chunk"
+    }
+    assert buckets[float("inf")] == 1
+    assert [le for le, value in buckets.items() if le < delay_s and value != 0] == []
+    assert any(le < delay_s for le in buckets)
+
+
+HIGGS_SESSION = {
+    "output": {"format": "pcm_f32"},
+    "latency_preset": "exact",
+    "sampling": {"seed": 3},
+    "max_audio_seconds": 0.5,
+}
+
+
+def test_higgs_engine_fills_every_stage_in_order(tiny_checkpoint: Path) -> None:
+    engine = HiggsEngine.from_pretrained(str(tiny_checkpoint), "cpu")
+    with TestClient(create_app(GatewaySettings(), engine)) as client:
+        metrics = speak(client, "Hello world.", HIGGS_SESSION)
+        scraped = scrape(client)
+    assert_ordered(metrics, STAGE_ORDER)
+    for stage in STAGE_ORDER:
+        assert count(scraped, stage) == 1
+
+
+# --------------------------------------------------------------------------- row 7 exactly
+
+
+class ScriptedRunner:
+    """A ``TalkerRunner`` that replays fixed delay-patterned rows, logging when each left."""
+
+    def __init__(self, rows: np.ndarray, prefill_s: float) -> None:
+        self.rows = rows
+        self.prefill_s = prefill_s
+        self.sent_at: list[float] = []
+
+    def submit(self, request: TalkerRequest) -> AsyncIterator[np.ndarray]:
+        return self._rows(request)
+
+    async def _rows(self, request: TalkerRequest) -> AsyncIterator[np.ndarray]:
+        await asyncio.sleep(self.prefill_s)
+        if request.timings is not None:
+            request.timings.prefilled = time.perf_counter()
+        for row in self.rows:
+            await asyncio.sleep(0.002)  # distinct clock readings per row
+            self.sent_at.append(time.perf_counter())
+            yield row
+
+    async def abort(self, request_id: str) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+@pytest.fixture
+def tokenizer(tiny_checkpoint: Path) -> Iterator[HiggsTokenizer]:
+    yield HiggsTokenizer.from_dir(tiny_checkpoint)
+
+
+def silence(codes: np.ndarray) -> np.ndarray:
+    """A ``DecodeFn``: codes ``[B, 8, W]`` → zeros ``[B, 960·W]``."""
+    return np.zeros((codes.shape[0], codes.shape[2] * 960), dtype=np.float32)
+
+
+async def test_higgs_stamps_the_row_that_completes_frame_zero(
+    tokenizer: HiggsTokenizer,
+) -> None:
+    frames = 6
+    codes = np.arange(frames * NUM_CODEBOOKS, dtype=np.int64).reshape(frames, NUM_CODEBOOKS)
+    runner = ScriptedRunner(apply_delay(codes), prefill_s=0.01)
+    engine = HiggsEngine(runner, tokenizer, silence)
+    timings = SegmentTimings()
+    request = SegmentRequest(
+        "r", "hi", sampling=TalkerSampling(temperature=0.0), fixed_rows=frames, timings=timings
+    )
+    first_chunk_seen = None
+    async for _ in engine.synthesize(request):
+        first_chunk_seen = first_chunk_seen or time.perf_counter()
+    await engine.close()
+    sent = runner.sent_at
+    assert timings.submitted is not None and timings.prefilled is not None
+    assert timings.submitted + 0.01 <= timings.prefilled <= sent[0]
+    assert timings.first_row is not None and sent[0] <= timings.first_row < sent[1]
+    frame_row = NUM_CODEBOOKS - 1  # codebook 7 of frame 0 is delayed by 7 rows
+    assert timings.first_frame_row is not None
+    assert sent[frame_row] <= timings.first_frame_row < sent[frame_row + 1]
+    assert timings.first_chunk is not None and first_chunk_seen is not None
+    assert timings.first_frame_row <= timings.first_chunk <= first_chunk_seen

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import plots
+from bench.report import stage_table
 from bench.sweep import SweepConfig, new_result, sweep, table
 from bench.targets import GatewayTarget, SpeechHttpTarget
 from bench.textfeed import TEXTS
@@ -178,6 +179,9 @@ def write_outputs(result: dict[str, Any], out: Path, name: str) -> Path:
     path.write_text(json.dumps(result, indent=1))
     result_paths = plots.write_all(result, out, prefix=f"{name}_")
     print(table(result["levels"]), file=sys.stderr)
+    stages = stage_table(result["levels"])
+    if stages:
+        print(stages, file=sys.stderr)
     print(f"[bench] wrote {path} and {len(result_paths)} plots", file=sys.stderr)
     return path
 

@@ -82,3 +82,38 @@ def level_samples(result: LoadResult) -> dict[str, list[float]]:
         "ttfa_ms": [m.ttfa_s * 1000.0 for m in ok if m.ttfa_s is not None],
         "gap_ms": [g * 1000.0 for m in ok for g in m.gaps_s],
     }
+
+
+# context.done first-audio stages, in the order they happen on the server
+SERVER_STAGES = (
+    "queue_ms",
+    "prefill_ms",
+    "first_row_ms",
+    "first_frame_row_ms",
+    "first_chunk_ms",
+    "ttfa_ms",
+)
+
+
+def stage_table(levels: list[dict[str, Any]]) -> str:
+    """Markdown table of the server's first-audio stages, p50 / p90 ms per level.
+
+    ``-`` marks a stage the engine does not report; empty when no level has
+    server metrics (an HTTP or peer target).
+    """
+    rows = [s for s in levels if any(s.get("server_metrics", {}).get(k) for k in SERVER_STAGES)]
+    if not rows:
+        return ""
+    names = [k.removesuffix("_ms") for k in SERVER_STAGES]
+    lines = [
+        "| target | load | " + " | ".join(f"{n} p50 / p90" for n in names) + " |",
+        "|---|---|" + "---|" * len(names),
+    ]
+    for s in rows:
+        cells = []
+        for key in SERVER_STAGES:
+            summary = s["server_metrics"].get(key, {})
+            cells.append(f"{summary['p50']} / {summary['p90']}" if summary.get("n") else "-")
+        label = f"{s.get('target', '')} | {s['mode']} {s['level']:g}"
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
+from bench.report import SERVER_STAGES, server_metric_summaries, stage_table
 from gateway.app import create_app
 from gateway.contexts import ENGINE_STAGES, ContextStats
 from gateway.metrics import EngineStatsSampler, GatewayMetrics, batch_bucket
@@ -243,6 +244,29 @@ def test_higgs_engine_fills_every_stage_in_order(tiny_checkpoint: Path) -> None:
     assert_ordered(metrics, STAGE_ORDER)
     for stage in STAGE_ORDER:
         assert count(scraped, stage) == 1
+
+
+# --------------------------------------------------------------------------- bench report
+
+
+def test_bench_tabulates_the_stages_it_received() -> None:
+    assert list(SERVER_STAGES) == STAGE_FIELDS
+    ttfa = [45.0 + 2 * i for i in range(11)]
+    rows: list[dict[str, Any]] = [
+        {"queue_ms": 0.5, "first_chunk_ms": t - 5, "ttfa_ms": t, "prefill_ms": None} for t in ttfa
+    ]
+    level = {"target": "gateway", "mode": "concurrency", "level": 4.0}
+    levels = [{**level, "server_metrics": server_metric_summaries(rows)}]
+    lines = stage_table(levels).splitlines()
+    assert len(lines) == 3 and lines[0].count("p50 / p90") == len(STAGE_ORDER)
+    cells = [c.strip() for c in lines[2].strip("|").split("|")]
+    assert cells[:2] == ["gateway", "concurrency 4"]
+    by_stage = dict(zip(STAGE_ORDER, cells[2:], strict=True))
+    assert by_stage["ttfa"] == f"{np.percentile(ttfa, 50)} / {np.percentile(ttfa, 90)}"
+    assert by_stage["queue"] == "0.5 / 0.5"
+    assert by_stage["prefill"] == by_stage["first_row"] == by_stage["first_frame_row"] == "-"
+    # A target without server metrics (HTTP, a peer) gets no table.
+    assert stage_table([{**level, "server_metrics": {}}]) == ""
 
 
 # --------------------------------------------------------------------------- row 7 exactly

@@ -24,6 +24,7 @@ from gateway.contexts import ENGINE_STAGES, ContextStats
 from gateway.metrics import EngineStatsSampler, GatewayMetrics, batch_bucket
 from gateway.settings import GatewaySettings
 from realtime_engine.engines.base import SegmentRequest, SegmentTimings
+from realtime_engine.engines.cpu_voice import CpuVoiceEngine
 from realtime_engine.engines.fake import FakeEngine
 from realtime_engine.engines.higgs import HiggsEngine
 from realtime_engine.model.tokenizer import HiggsTokenizer
@@ -244,6 +245,25 @@ def test_higgs_engine_fills_every_stage_in_order(tiny_checkpoint: Path) -> None:
     assert_ordered(metrics, STAGE_ORDER)
     for stage in STAGE_ORDER:
         assert count(scraped, stage) == 1
+
+
+async def test_cpu_voice_stamps_submission_and_first_chunk() -> None:
+    engine = CpuVoiceEngine()
+    await engine.start()
+    timings = SegmentTimings()
+    called = time.perf_counter()
+    try:
+        stream = engine.synthesize(SegmentRequest("r", "Yes, of course.", timings=timings))
+        first = await anext(stream)
+        received = time.perf_counter()
+        await stream.aclose()  # type: ignore[attr-defined]
+    finally:
+        await engine.close()
+    assert first.size > 0
+    assert timings.submitted is not None and timings.first_chunk is not None
+    assert called <= timings.submitted < timings.first_chunk <= received
+    assert timings.prefilled is None and timings.first_row is None
+    assert timings.first_frame_row is None
 
 
 # --------------------------------------------------------------------------- bench report

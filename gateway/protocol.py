@@ -8,12 +8,8 @@ fields so older clients keep working against newer servers.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import itertools
 import json
-import re
-from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
@@ -33,6 +29,12 @@ from gateway.protocol_config import Sampling as Sampling
 from gateway.protocol_config import SessionConfig as SessionConfig
 from gateway.protocol_config import TextBuffering as TextBuffering
 from gateway.protocol_config import apply_session_update as apply_session_update
+from gateway.protocol_errors import ErrorCode as ErrorCode
+from gateway.protocol_errors import ErrorDetail as ErrorDetail
+from gateway.protocol_errors import ErrorType as ErrorType
+from gateway.protocol_errors import ProtocolError as ProtocolError
+from gateway.protocol_errors import invalid_request as invalid_request
+from gateway.protocol_errors import validation_error_detail as validation_error_detail
 from gateway.protocol_frames import FRAME_HEADER as FRAME_HEADER
 from gateway.protocol_frames import FRAME_HEADER_BYTES as FRAME_HEADER_BYTES
 from gateway.protocol_frames import FRAME_KIND_AUDIO as FRAME_KIND_AUDIO
@@ -41,6 +43,7 @@ from gateway.protocol_frames import MAX_STREAM as MAX_STREAM
 from gateway.protocol_frames import AudioFrame as AudioFrame
 from gateway.protocol_frames import pack_audio_frame as pack_audio_frame
 from gateway.protocol_frames import unpack_audio_frame as unpack_audio_frame
+from gateway.protocol_inline_audio import decode_audio_payload as decode_audio_payload
 
 PROTOCOL_VERSION = 1
 SUBPROTOCOL = "speech.v1"
@@ -51,65 +54,6 @@ CLOSE_POLICY = 1008
 CLOSE_TOO_BIG = 1009
 CLOSE_SERVER_ERROR = 1011
 CLOSE_TRY_AGAIN = 1013
-
-# --------------------------------------------------------------------------- errors
-
-
-ErrorType = Literal[
-    "invalid_request_error",
-    "authentication_error",
-    "rate_limit_error",
-    "server_error",
-    "engine_overloaded",
-]
-
-
-class ErrorCode(StrEnum):
-    INVALID_JSON = "invalid_json"
-    INVALID_EVENT = "invalid_event"
-    MISSING_TYPE = "missing_type"
-    UNKNOWN_EVENT_TYPE = "unknown_event_type"
-    INVALID_VALUE = "invalid_value"
-    READ_ONLY_FIELD = "read_only_field"
-    MESSAGE_TOO_BIG = "message_too_big"
-    BINARY_NOT_ALLOWED = "binary_not_allowed"
-    CONTEXT_NOT_FOUND = "context_not_found"
-    CONTEXT_ENDED = "context_ended"
-    TOO_MANY_CONTEXTS = "too_many_contexts"
-    TEXT_TOO_LONG = "text_too_long"
-    VOICE_NOT_FOUND = "voice_not_found"
-    VOICE_INVALID = "voice_invalid"
-    VOICE_UNSUPPORTED = "voice_unsupported"
-    AUTH_REQUIRED = "auth_required"
-    AUTH_INVALID = "auth_invalid"
-    TOKEN_EXPIRED = "token_expired"
-    SESSION_LIMIT = "session_limit"
-    KEY_SESSION_LIMIT = "key_session_limit"
-    KEY_CONTEXT_LIMIT = "key_context_limit"
-    ENGINE_ERROR = "engine_error"
-    ENGINE_OVERLOADED = "engine_overloaded"
-    INTERNAL_ERROR = "internal_error"
-    IDLE_TIMEOUT = "idle_timeout"
-
-
-class ErrorDetail(_Lenient):
-    type: ErrorType
-    code: str
-    message: str
-    param: str | None = None
-    context_id: str | None = None
-    reply_to: str | None = None
-    retryable: bool = False
-    retry_after_ms: int | None = None
-
-
-class ProtocolError(ValueError):
-    """A client message cannot be accepted; carries the ``error`` event to send."""
-
-    def __init__(self, detail: ErrorDetail) -> None:
-        super().__init__(detail.message)
-        self.detail = detail
-
 
 # --------------------------------------------------------------------------- client events
 
@@ -294,56 +238,6 @@ SERVER_EVENT_ADAPTER: TypeAdapter[ServerEvent] = TypeAdapter(ServerEvent)
 # --------------------------------------------------------------------------- parsing
 
 
-def invalid_request(
-    code: str,
-    message: str,
-    *,
-    param: str | None = None,
-    reply_to: str | None = None,
-    context_id: str | None = None,
-) -> ErrorDetail:
-    return ErrorDetail(
-        type="invalid_request_error",
-        code=code,
-        message=message,
-        param=param,
-        reply_to=reply_to,
-        context_id=context_id,
-    )
-
-
-def _loc_to_param(loc: tuple[int | str, ...], skip_tag: bool) -> str | None:
-    parts = [str(p) for p in (loc[1:] if skip_tag else loc)]
-    return ".".join(parts) or None
-
-
-def validation_error_detail(
-    err: ValidationError, *, reply_to: str | None, skip_tag: bool, prefix: str = ""
-) -> ErrorDetail:
-    """The first problem of a pydantic error as an ``invalid_request_error``."""
-    first = err.errors(include_url=False)[0]
-    kind = first["type"]
-    if kind == "union_tag_not_found":
-        return invalid_request(
-            ErrorCode.MISSING_TYPE, "the event has no 'type'", param="type", reply_to=reply_to
-        )
-    if kind == "union_tag_invalid":
-        tag = first.get("input", {}).get("type") if isinstance(first.get("input"), dict) else None
-        return invalid_request(
-            ErrorCode.UNKNOWN_EVENT_TYPE,
-            f"unknown event type {tag!r}",
-            param="type",
-            reply_to=reply_to,
-        )
-    param = _loc_to_param(tuple(first["loc"]), skip_tag)
-    if prefix:
-        param = f"{prefix}.{param}" if param else prefix
-    where = f"{param}: " if param else ""
-    return invalid_request(
-        ErrorCode.INVALID_VALUE, f"{where}{first['msg']}", param=param, reply_to=reply_to
-    )
-
-
 def parse_client_event(data: str | bytes) -> ClientEvent:
     """Parse one JSON text frame; raise ``ProtocolError`` with the error to send."""
     try:
@@ -370,51 +264,3 @@ def parse_server_event(data: str | bytes) -> ServerEvent:
 
 def dump_event(event: BaseModel) -> str:
     return event.model_dump_json()
-
-
-def decode_audio_payload(value: str, param: str = "audio") -> bytes:
-    """The bytes of inline audio: a base64 ``data:`` URI or plain base64.
-
-    Paths and URLs are refused outright (``ValueError`` naming ``param``);
-    nothing is ever read from disk or fetched on a client's say-so.
-    """
-    text = value.strip()
-    if not text:
-        raise ValueError(f"'{param}' is empty")
-    match = _DATA_URI.match(text)
-    if match is not None:
-        if ";base64" not in match.group(2).lower():
-            raise ValueError(f"'{param}' data: URI must be base64-encoded")
-        payload = text[match.end() :]
-    elif ":" in text and not _WINDOWS_PATH.match(text):  # ':' is never part of base64
-        raise ValueError(
-            f"'{param}' must be inline audio (base64 or a data: URI); URLs are not fetched"
-        )
-    elif _looks_like_path(text):
-        raise ValueError(f"'{param}' must be inline audio (base64 or a data: URI); {_NO_PATHS}")
-    else:
-        payload = text
-    payload = re.sub(r"\s+", "", payload).replace("-", "+").replace("_", "/")
-    try:
-        data = base64.b64decode(payload + "=" * (-len(payload) % 4), validate=True)
-    except (binascii.Error, ValueError) as e:
-        raise ValueError(f"'{param}' is not valid base64: {e}") from e
-    if not data:
-        raise ValueError(f"'{param}' holds no audio data")
-    return data
-
-
-_NO_URLS = "URLs are not fetched"
-_NO_PATHS = "server file paths are not read"
-_WINDOWS_PATH = re.compile(r"^[A-Za-z]:[\\/]")
-_DATA_URI = re.compile(r"^data:([^,;]*)((?:;[^,;]*)*),", re.IGNORECASE)
-# Base64 of even 50 ms of 24 kHz audio is longer than this; a shorter string
-# that starts with "/" is a path, not data.
-_MIN_INLINE_CHARS = 1024
-
-
-def _looks_like_path(text: str) -> bool:
-    """Path-only characters, or a short slash-led string (real clips are kilobytes)."""
-    if any(ch in text for ch in ".\\~"):
-        return True
-    return text.startswith("/") and len(text) < _MIN_INLINE_CHARS

@@ -272,3 +272,18 @@ def test_a_cap_beyond_the_context_still_closes_the_delay_pattern(
     room = (KV_BLOCKS - 1) * BLOCK_SIZE - len(prompts[0].token_ids)
     assert 0 < len(rows) <= room
     np.testing.assert_array_equal(apply_delay(revert_delay(rows)), rows)
+
+
+def test_prefill_is_stamped_when_the_first_row_arrives(
+    engine: tuple[Any, LoopThread], prompts: list[TalkerPrompt]
+) -> None:
+    from realtime_engine.talker.types import TalkerTimings
+
+    runner, loops = engine
+    timings = TalkerTimings()
+    submitted = time.perf_counter()
+    req = TalkerRequest("stamped", prompts[0], GREEDY, fixed_rows=9, timings=timings)
+    rows = loops.run(generate(runner, req))
+    assert rows.shape == (9, 8)
+    assert timings.prefilled is not None
+    assert submitted < timings.prefilled < time.perf_counter()

@@ -15,6 +15,7 @@ import asyncio
 import itertools
 import logging
 import secrets
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -260,6 +261,10 @@ class VllmTalkerRunner:
                         raise TalkerError(
                             f"row {received} expected, got {item.header.index} (rows were lost)"
                         )
+                    if received == 0 and stream.request.timings is not None:
+                        # vLLM samples the first row in the prefill step itself:
+                        # its arrival is when prefill has finished.
+                        stream.request.timings.prefilled = time.perf_counter()
                     received += 1
                     yield item.row
                     if item.header.last:

@@ -111,6 +111,7 @@ class ContextWorker:
         self._on_closed = on_closed
         self._on_queue_change = on_queue_change
         self._queued_segments = 0
+        # Bounded upstream: the session caps a context's text (max_text_chars_per_context).
         self._inbox: asyncio.Queue[Speak | Flush | EndContext] = asyncio.Queue()
         out = spec.config.output
         self._binary = spec.config.audio_transport == "binary"

@@ -78,6 +78,7 @@ class _Stream:
     def __init__(self, request: TalkerRequest, loop: asyncio.AbstractEventLoop, cap: int) -> None:
         self.request = request
         self.loop = loop
+        # Bounded by ``cap``: the worker skips a stream with ``cap`` undelivered rows.
         self.queue: asyncio.Queue[np.ndarray | _End | BaseException] = asyncio.Queue()
         self.cap = cap
         self.undelivered = 0  # rows posted but not yet taken; guarded by the runner lock

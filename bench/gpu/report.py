@@ -11,6 +11,7 @@ had measured every level. ``LABEL=`` renames the target (``gateway`` becomes
 
 from __future__ import annotations
 
+import csv
 import json
 import sys
 from pathlib import Path
@@ -111,11 +112,46 @@ def summary(out_dir: Path) -> str:
         errors = sorted({e for lv in result["levels"] for e in lv.get("error_samples", [])})
         if errors:
             lines += ["Errors (samples):", "", *[f"- `{e}`" for e in errors[:8]], ""]
+    usage = resource_lines(out_dir)
+    if usage:
+        lines += ["## CPU and GPU use over the run", "", *usage, ""]
     steps = out_dir / "steps.tsv"
     if steps.is_file():
         lines += ["## Steps (name, status, seconds, note)", "", "```", steps.read_text().strip()]
         lines += ["```", ""]
     return "\n".join(lines)
+
+
+def resource_lines(out_dir: Path) -> list[str]:
+    """Peak CPU per role (a client at ~100 % of a core limits what it can measure) and GPU use."""
+    out: list[str] = []
+    cpu = out_dir / "cpu.csv"
+    if cpu.is_file():
+        peaks: dict[str, list[float]] = {}
+        with cpu.open() as f:
+            for row in csv.DictReader(f):
+                try:
+                    peaks.setdefault(row["role"], []).append(float(row["cpu_pct"]))
+                except (KeyError, ValueError):
+                    continue
+        for role, values in sorted(peaks.items()):
+            values.sort()
+            median = values[len(values) // 2]
+            out.append(f"- {role}: CPU % of one core, median {median:.0f}, max {values[-1]:.0f}")
+    gpu = out_dir / "gpu.csv"
+    if gpu.is_file():
+        util: list[float] = []
+        with gpu.open() as f:
+            for fields in csv.reader(f):
+                try:
+                    util.append(float(fields[1].strip().split()[0]))
+                except (IndexError, ValueError):
+                    continue
+        if util:
+            busy = [u for u in util if u > 0]
+            mean = sum(busy) / len(busy) if busy else 0.0
+            out.append(f"- GPU utilization %: mean while busy {mean:.0f}, max {max(util):.0f}")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

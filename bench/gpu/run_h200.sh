@@ -234,6 +234,8 @@ with open(sys.argv[1], "w") as f:
     while me.is_running():
         for p in me.children(recursive=True):
             try:
+                if not p.name().startswith("python"):
+                    continue  # timeout(1), nvidia-smi
                 cmd = " ".join(p.cmdline())
                 role = "gateway" if ("gateway.cli" in cmd or "vllm_omni" in cmd) else ("bench" if "bench" in cmd else None)
                 if role is None:

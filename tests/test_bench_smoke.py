@@ -105,10 +105,12 @@ def test_smoke_slow_engine_underruns(tmp_path: Path) -> None:
     assert level["underruns_total"] > 0 and level["streams_with_underrun"] >= 1
     assert level["underrun_s"]["max"] > 0.1
     assert level["gap_ms"]["max"] > 100.0
-    # throughput is bound by the engine: two streams at 1/2.5 audio-s per s each
-    assert 0.3 * 2 / rtf <= level["throughput_audio_s_per_s"] <= 2 / rtf * 1.05
+    # throughput is bound by the engine: two streams at 1/2.5 audio-s per s each (a busy
+    # machine only lowers it, hence the loose lower bound)
+    assert 0.15 * 2 / rtf <= level["throughput_audio_s_per_s"] <= 2 / rtf * 1.05
     # the fake engine's first chunk is free (only the first-chunk delay): RTF sits a bit under
-    assert rtf * 0.6 <= level["rtf"]["p50"] <= rtf * 1.3
+    # the engine's; a busy machine only raises it
+    assert rtf * 0.6 <= level["rtf"]["p50"] <= rtf * 2.0
 
 
 def test_module_entry_point() -> None:

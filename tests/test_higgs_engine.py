@@ -1,13 +1,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from talker_support import FailingTalker
 
 from realtime_engine.codec.presets import PRESETS, get_preset
 from realtime_engine.codec.streaming import rows_to_frames
@@ -136,40 +137,12 @@ async def test_abort_stops_the_segment(engine: HiggsEngine) -> None:
     )
 
 
-class _FailingModel:
-    """The real tiny talker whose decode steps fail."""
-
-    def __init__(self, model: Any) -> None:
-        self.inner = model
-
-    @property
-    def device(self) -> torch.device:
-        return torch.device(self.inner.device)
-
-    def new_cache(self, initial_capacity: int = 256) -> Any:
-        return self.inner.new_cache(initial_capacity)
-
-    def embed_prompt(
-        self, token_ids: torch.Tensor, ref_rows: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        return self.inner.embed_prompt(token_ids, ref_rows)
-
-    def embed_audio_rows(self, rows: torch.Tensor) -> torch.Tensor:
-        return self.inner.embed_audio_rows(rows)
-
-    def forward_embeds(self, embeds: torch.Tensor, caches: Sequence[Any]) -> torch.Tensor:
-        if embeds.shape[1] == 1:
-            raise RuntimeError("out of device memory")
-        return self.inner.forward_embeds(embeds, caches)
-
-    def audio_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.inner.audio_logits(hidden)
-
-
 async def test_talker_failure_surfaces_as_engine_error(tiny: LoadedTalker) -> None:
     assert tiny.codec is not None
     eng = HiggsEngine(
-        ReferenceRunner(_FailingModel(tiny.model)), tiny.tokenizer, codec_decode_fn(tiny.codec)
+        ReferenceRunner(FailingTalker(tiny.model, message="out of device memory")),
+        tiny.tokenizer,
+        codec_decode_fn(tiny.codec),
     )
     try:
         with pytest.raises(EngineError, match="out of device memory") as info:

@@ -1,13 +1,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
-import torch
+from talker_support import FailingTalker
 
 from realtime_engine.model.loader import LoadedTalker, load_talker
 from realtime_engine.model.prompts import build_zero_shot_prompt
@@ -166,42 +165,8 @@ async def test_max_new_tokens_caps_rows(tiny: LoadedTalker) -> None:
     np.testing.assert_array_equal(apply_delay(revert_delay(rows)), rows)
 
 
-class _FailingModel:
-    """The real tiny talker, failing its decode steps after ``fail_after`` of them."""
-
-    def __init__(self, model: Any, fail_after: int) -> None:
-        self.inner = model
-        self.fail_after = fail_after
-        self.decode_calls = 0
-
-    @property
-    def device(self) -> torch.device:
-        return torch.device(self.inner.device)
-
-    def new_cache(self, initial_capacity: int = 256) -> Any:
-        return self.inner.new_cache(initial_capacity)
-
-    def embed_prompt(
-        self, token_ids: torch.Tensor, ref_rows: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        return self.inner.embed_prompt(token_ids, ref_rows)
-
-    def embed_audio_rows(self, rows: torch.Tensor) -> torch.Tensor:
-        return self.inner.embed_audio_rows(rows)
-
-    def forward_embeds(self, embeds: torch.Tensor, caches: Sequence[Any]) -> torch.Tensor:
-        if embeds.shape[1] == 1:
-            self.decode_calls += 1
-            if self.decode_calls > self.fail_after:
-                raise RuntimeError("device fell over")
-        return self.inner.forward_embeds(embeds, caches)
-
-    def audio_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.inner.audio_logits(hidden)
-
-
 async def test_worker_failure_fails_every_stream(tiny: LoadedTalker) -> None:
-    model = _FailingModel(tiny.model, fail_after=5)
+    model = FailingTalker(tiny.model, fail_after=5)
     runner = ReferenceRunner(model, max_batch=2)
     try:
         streams = [runner.submit(_request(tiny, f"r{i}", rows=1000)) for i in range(3)]

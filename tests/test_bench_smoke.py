@@ -18,6 +18,7 @@ import matplotlib.image
 import pytest
 
 from bench.cli import main
+from realtime_engine.engines.fake import FakeEngineConfig
 
 FIRST_CHUNK_DELAY_MS = 50.0
 # generous: two shared CI cores run the server, the clients and the decoder
@@ -80,11 +81,13 @@ def test_smoke_fast_engine(tmp_path: Path) -> None:
 
 def test_smoke_slow_engine_underruns(tmp_path: Path) -> None:
     rtf = 2.5  # 160 ms chunks every 400 ms: each stall ~240 ms, past the 100 ms threshold
-    # short texts (0.8 s of audio, ~2 s to generate) and no warm-up keep this test short
+    workers, window_s = 2, 2.0
+    texts = ("Short and slow.", "Slow, but short.")
+    # short texts (~0.8 s of audio, ~2 s to generate) and no warm-up keep this test short
     result = run_smoke(
         tmp_path,
         "--levels",
-        "2",
+        str(workers),
         "--engine-rtf",
         str(rtf),
         "--format",
@@ -94,20 +97,23 @@ def test_smoke_slow_engine_underruns(tmp_path: Path) -> None:
         "--warmup",
         "0",
         "--duration",
-        "1.0",
-        "--text",
-        "Short and slow.",
-        "--text",
-        "Slow, but short.",
+        str(window_s),
+        *(arg for text in texts for arg in ("--text", text)),
     )
     (level,) = result["levels"]
     assert level["ok"] >= 1
     assert level["underruns_total"] > 0 and level["streams_with_underrun"] >= 1
     assert level["underrun_s"]["max"] > 0.1
     assert level["gap_ms"]["max"] > 100.0
-    # throughput is bound by the engine: two streams at 1/2.5 audio-s per s each (a busy
-    # machine only lowers it, hence the loose lower bound)
-    assert 0.15 * 2 / rtf <= level["throughput_audio_s_per_s"] <= 2 / rtf * 1.05
+    # Throughput is bound by the engine. Per worker (streams run one after another) the
+    # window holds at most window/rtf of paced audio plus one free first chunk for each
+    # stream that starts in it (one per stream's paced time, +2 at the window's edges).
+    chunk_s = FakeEngineConfig().chunk_samples / FakeEngineConfig().sample_rate
+    audio_s = min(len(t) for t in texts) * FakeEngineConfig().seconds_per_char
+    paced_s = (audio_s - chunk_s) * rtf
+    bound = workers * (1 / rtf + (1 / paced_s + 2 / window_s) * chunk_s)
+    # a busy machine only lowers throughput, hence the loose lower bound
+    assert 0.15 * workers / rtf <= level["throughput_audio_s_per_s"] <= bound
     # the fake engine's first chunk is free (only the first-chunk delay): RTF sits a bit under
     # the engine's; a busy machine only raises it
     assert rtf * 0.6 <= level["rtf"]["p50"] <= rtf * 2.0

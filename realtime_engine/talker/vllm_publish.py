@@ -71,10 +71,12 @@ class RowPublisher:
         if self._async:
             threading.Thread(target=self._drain, name="talker-row-publisher", daemon=True).start()
 
-    def publish(self, step: StepRows, args_per_row: Sequence[TalkerArgs | None]) -> None:
+    def publish_packed(
+        self, packed: torch.Tensor, args_per_row: Sequence[TalkerArgs | None]
+    ) -> None:
+        """Send a step already packed as ``[B, N + 3]`` (see :meth:`StepRows.packed`)."""
         if not self._enabled or all(a is None for a in args_per_row):
             return
-        packed = step.packed()
         args = list(args_per_row)
         if not self._async:
             self._send(packed.numpy(), args)

@@ -1,0 +1,156 @@
+"""CUDA graphs of the talker's code-sampling step, one per padded batch size.
+
+The sampler is a few hundred small kernels (delay masks, counter noise,
+top-k/top-p, the race, RAS, the machine advance, the row write-back); issued
+one by one from Python they cost ~3 ms a step whatever the batch size. All
+of its state already lives in fixed per-slot device buffers, so the whole
+step can be captured once per batch-size bucket and replayed with one
+launch.
+
+A batch of ``b`` rows runs in the graph of the smallest bucket ``>= b``: the
+inputs are copied into static buffers and the extra rows address the trash
+slot (never live, so they write nothing that is read back). Outputs are
+cloned out of the graph's static buffers, since vLLM may still be copying
+the previous step's tokens on another stream when the next replay runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+# Turns the graphs off (eager sampling) in the engine process, for comparison runs.
+DISABLE_ENV = "SPEECH_GATEWAY_SAMPLER_GRAPHS"
+
+StepFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, ...]]
+
+
+def bucket_sizes(max_batch: int) -> list[int]:
+    """Padded batch sizes: 1, 2, 4, 8, then steps of 8 to 64, 16 to 128, 32 beyond,
+    always ending at ``max_batch``."""
+    if max_batch < 1:
+        raise ValueError("max_batch must be at least 1")
+    sizes = {1, 2, 4, 8}
+    size = 8
+    while size < max_batch:
+        size += 8 if size < 64 else 16 if size < 128 else 32
+        sizes.add(size)
+    return [*sorted(s for s in sizes if s < max_batch), max_batch]
+
+
+def graphs_wanted(device: torch.device, enforce_eager: bool) -> bool:
+    if device.type != "cuda" or enforce_eager:
+        return False
+    return os.environ.get(DISABLE_ENV, "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+class PaddedStepGraphs:
+    """Runs ``step(logits [B, W], slots [B], seq_lens [B])`` through captured graphs.
+
+    ``step`` must use fixed shapes and device ops only (no host reads), and
+    must treat rows with ``slots == pad_slot`` and ``seq_lens == 0`` as
+    padding. Graphs are captured for every bucket at the first call (one
+    startup cost instead of a stall whenever a new batch size appears).
+    """
+
+    def __init__(
+        self,
+        step: StepFn,
+        *,
+        max_batch: int,
+        pad_slot: int,
+        device: torch.device,
+        capture: bool = True,
+    ) -> None:
+        self._step = step
+        # capture=False runs the same padded buffers eagerly (CPU tests of the padding).
+        self._capture_graphs = capture
+        self._sizes = bucket_sizes(max_batch)
+        self._pad_slot = pad_slot
+        self._device = device
+        self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...]]] = {}
+        self._logits: torch.Tensor | None = None
+        self._slots = torch.full((max_batch,), pad_slot, dtype=torch.int64, device=device)
+        self._seq_lens = torch.zeros(max_batch, dtype=torch.int64, device=device)
+        self.failure: RuntimeError | None = None
+
+    @property
+    def sizes(self) -> list[int]:
+        return list(self._sizes)
+
+    def bucket(self, batch: int) -> int | None:
+        for size in self._sizes:
+            if size >= batch:
+                return size
+        return None
+
+    def __call__(
+        self, logits: torch.Tensor, slots: torch.Tensor, seq_lens: torch.Tensor
+    ) -> tuple[torch.Tensor, ...] | None:
+        """The step's outputs for the ``b`` real rows, or None when ``b`` is beyond
+        the largest bucket (vLLM's profiling run) or capturing failed: the caller
+        then runs the step eagerly."""
+        b = logits.shape[0]
+        size = self.bucket(b)
+        if size is None or b == 0 or self.failure is not None:
+            return None
+        if self._logits is None or self._logits.dtype != logits.dtype:
+            try:
+                self._prepare(logits.shape[1], logits.dtype)
+            except RuntimeError as e:
+                # Capture touches only padding rows of the trash slot, so the eager
+                # sampler can take over with nothing to undo; serving beats failing.
+                self.failure = e
+                self._graphs.clear()
+                logger.warning("capturing the code sampler failed, it runs eagerly: %s", e)
+                return None
+        assert self._logits is not None
+        self._logits[:b].copy_(logits)
+        self._slots[:b].copy_(slots)
+        self._seq_lens[:b].copy_(seq_lens)
+        if size > b:
+            self._slots[b:size].fill_(self._pad_slot)
+            self._seq_lens[b:size].zero_()
+        if self._capture_graphs:
+            graph, outputs = self._graphs[size]
+            graph.replay()
+        else:
+            outputs = self._run(size)
+        return tuple(out[:b].clone() for out in outputs)
+
+    def _prepare(self, width: int, dtype: torch.dtype) -> None:
+        self._graphs.clear()
+        self._logits = torch.zeros(self._sizes[-1], width, dtype=dtype, device=self._device)
+        self._slots.fill_(self._pad_slot)
+        self._seq_lens.zero_()
+        if self._capture_graphs:
+            self._capture()
+
+    def _capture(self) -> None:
+        largest = self._sizes[-1]
+        # Warm up on a side stream first (lazy library handles, cached constants):
+        # every row is padding, so this touches only the trash slot.
+        side = torch.cuda.Stream(self._device)
+        side.wait_stream(torch.cuda.current_stream(self._device))
+        with torch.cuda.stream(side):
+            for size in (largest, self._sizes[0]):
+                self._run(size)
+        torch.cuda.current_stream(self._device).wait_stream(side)
+        pool = torch.cuda.graph_pool_handle()
+        # Largest first, so the smaller graphs reuse its pool memory.
+        for size in reversed(self._sizes):
+            graph = torch.cuda.CUDAGraph()
+            # thread_local: the row publisher's thread synchronises events meanwhile.
+            with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+                outputs = self._run(size)
+            self._graphs[size] = (graph, outputs)
+        logger.info("captured the code sampler for batch sizes %s", self._sizes)
+
+    def _run(self, size: int) -> tuple[torch.Tensor, ...]:
+        assert self._logits is not None
+        return self._step(self._logits[:size], self._slots[:size], self._seq_lens[:size])

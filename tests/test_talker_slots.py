@@ -1,0 +1,234 @@
+"""The talker's per-slot step (vLLM's sampler body) and its padded-batch runner, on CPU.
+
+The CUDA-graph runner pads each batch up to a bucket with rows of the trash
+slot. These tests run the same padded buffers eagerly and check that padding
+changes nothing a real request can see: tokens, rows and every slot's state
+equal the unpadded step's, whatever the batch order, sampling settings or
+partial prefills.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from realtime_engine.talker.delay import revert_delay
+from realtime_engine.talker.termination import eoc_bounds
+from realtime_engine.talker.types import BOC, CODEBOOK_VOCAB, EOC, NUM_CODEBOOKS
+from realtime_engine.talker.vllm_protocol import TalkerArgs
+from realtime_engine.talker.vllm_sampler_graphs import (
+    DISABLE_ENV,
+    PaddedStepGraphs,
+    bucket_sizes,
+    graphs_wanted,
+)
+from realtime_engine.talker.vllm_slots import SavedSlot, TalkerSlots
+
+CPU = torch.device("cpu")
+MAX_SLOTS = 6
+MAX_LEN = 96
+AUDIO_TOKEN, EOS_TOKEN = 7, 3
+WIDTH = NUM_CODEBOOKS * CODEBOOK_VOCAB
+
+
+def make_args(
+    name: str, *, temperature: float, top_k: int = 0, top_p: float = 1.0, rows: int = 20, **kw: int
+) -> TalkerArgs:
+    not_before, at = eoc_bounds(None, rows)
+    return TalkerArgs(
+        correlation_id=name,
+        endpoint="ipc:///nowhere",
+        audio_token_id=AUDIO_TOKEN,
+        eos_token_id=EOS_TOKEN,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        ras_window=kw.get("ras_window", 0),
+        ras_max_repeat=kw.get("ras_max_repeat", 0),
+        seed=kw.get("seed", 0),
+        eoc_not_before=not_before,
+        eoc_at=at,
+    )
+
+
+REQUESTS = {
+    0: make_args("greedy", temperature=0.0, rows=12),
+    2: make_args("sampled", temperature=1.0, top_k=50, top_p=0.95, seed=11),
+    3: make_args("ras", temperature=0.8, ras_window=7, ras_max_repeat=2, seed=5, rows=16),
+    5: make_args("plain", temperature=1.2, seed=99, rows=9),
+}
+PROMPT_LEN = {0: 10, 2: 14, 3: 9, 5: 20}
+
+
+def fresh_slots() -> TalkerSlots:
+    slots = TalkerSlots(MAX_SLOTS, MAX_LEN, NUM_CODEBOOKS, CODEBOOK_VOCAB, CPU)
+    for slot, args in REQUESTS.items():
+        slots.admit(slot, args, PROMPT_LEN[slot], PROMPT_LEN[slot])
+    return slots
+
+
+def state_of(slots: TalkerSlots, slot: int) -> list[torch.Tensor]:
+    t = slots.termination
+    return [
+        slots.codes_by_pos[slot],
+        slots.audio_at_pos[slot],
+        slots.live[slot],
+        t.step[slot],
+        t.eoc_step[slot],
+    ]
+
+
+def assert_same_state(a: TalkerSlots, b: TalkerSlots) -> None:
+    for slot in range(MAX_SLOTS):  # every slot but the trash slot
+        for x, y in zip(state_of(a, slot), state_of(b, slot), strict=True):
+            assert torch.equal(x, y), f"slot {slot} differs"
+
+
+def run_steps(
+    order_per_step: list[list[int]], seed: int, padded: bool
+) -> tuple[TalkerSlots, list[tuple[torch.Tensor, ...]]]:
+    slots = fresh_slots()
+    runner = PaddedStepGraphs(
+        slots.step, max_batch=MAX_SLOTS, pad_slot=slots.trash_slot, device=CPU, capture=False
+    )
+    gen = torch.Generator().manual_seed(seed)
+    outs = []
+    for order in order_per_step:
+        logits = torch.randn(len(order), WIDTH, generator=gen)
+        idx = torch.tensor(order, dtype=torch.int64)
+        seq_lens = slots.prefill_len[idx] + slots.termination.step[idx]
+        if padded:
+            got = runner(logits, idx.to(torch.int32), seq_lens.to(torch.int32))
+            assert got is not None
+        else:
+            got = slots.step(logits, idx, seq_lens)
+        outs.append(got)
+    return slots, outs
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    orders=st.lists(st.permutations(sorted(REQUESTS)), min_size=1, max_size=24),
+    sizes=st.lists(st.integers(1, len(REQUESTS)), min_size=24, max_size=24),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_padded_steps_equal_unpadded_steps(
+    orders: list[list[int]], sizes: list[int], seed: int
+) -> None:
+    batches = [order[: sizes[i]] for i, order in enumerate(orders)]
+    plain, plain_out = run_steps(batches, seed, padded=False)
+    padded, padded_out = run_steps(batches, seed, padded=True)
+    for a, b in zip(plain_out, padded_out, strict=True):
+        for x, y in zip(a, b, strict=True):
+            assert torch.equal(x, y)
+    assert_same_state(plain, padded)
+
+
+def test_a_request_runs_to_a_closed_delay_pattern_and_then_answers_eos() -> None:
+    slots, outs = run_steps([[0, 2, 3, 5]] * 24, seed=1, padded=True)
+    rows: dict[int, list[np.ndarray]] = {s: [] for s in REQUESTS}
+    tokens_after_done: dict[int, list[int]] = {s: [] for s in REQUESTS}
+    for tokens, real, packed in outs:
+        assert bool(real.all())
+        for i, slot in enumerate([0, 2, 3, 5]):
+            valid, done = bool(packed[i, NUM_CODEBOOKS]), bool(packed[i, NUM_CODEBOOKS + 1])
+            if valid:
+                rows[slot].append(packed[i, :NUM_CODEBOOKS].numpy())
+            else:
+                tokens_after_done[slot].append(int(tokens[i]))
+            if done:
+                assert int(tokens[i]) == EOS_TOKEN
+    expected_rows = {0: 12, 2: 20, 3: 16, 5: 9}
+    for slot, got in rows.items():
+        grid = np.stack(got)
+        assert len(grid) == expected_rows[slot]
+        assert grid[0, 1] == BOC and grid[-1, 0] == EOC
+        frames = revert_delay(grid)
+        assert frames.shape == (expected_rows[slot] - (NUM_CODEBOOKS - 1), NUM_CODEBOOKS)
+        assert (frames < BOC).all()
+        assert set(tokens_after_done[slot]) <= {EOS_TOKEN}
+    assert not bool(slots.live[:MAX_SLOTS].any())
+
+
+def test_partial_prefill_rows_change_nothing() -> None:
+    slots = fresh_slots()
+    slots.prefill_len[2] = PROMPT_LEN[2] + 30  # still prefilling in chunks
+    before = [t.clone() for t in state_of(slots, 2)]
+    runner = PaddedStepGraphs(
+        slots.step, max_batch=MAX_SLOTS, pad_slot=slots.trash_slot, device=CPU, capture=False
+    )
+    idx = torch.tensor([2, 0])
+    out = runner(torch.randn(2, WIDTH), idx, torch.tensor([PROMPT_LEN[2] + 16, PROMPT_LEN[0]]))
+    assert out is not None
+    _tokens, real, packed = out
+    assert real.tolist() == [False, True]
+    assert packed[:, NUM_CODEBOOKS].tolist() == [0, 1]
+    for x, y in zip(before, state_of(slots, 2), strict=True):
+        assert torch.equal(x, y)
+    assert int(slots.termination.step[0]) == 1
+
+
+def test_saved_slot_restores_history_into_another_slot() -> None:
+    slots, _ = run_steps([[2, 5]] * 5, seed=3, padded=False)
+    saved = SavedSlot.take(slots, 2)
+    other = copy.deepcopy(slots)
+    other.begin(1, PROMPT_LEN[2], PROMPT_LEN[2] + 5)
+    other.apply_params(1, REQUESTS[2])
+    saved.restore(other, 1)
+    for x, y in zip(state_of(slots, 2), state_of(other, 1), strict=True):
+        assert torch.equal(x, y)
+
+
+def test_batches_beyond_the_largest_bucket_fall_back_to_the_caller() -> None:
+    slots = fresh_slots()
+    runner = PaddedStepGraphs(
+        slots.step, max_batch=4, pad_slot=slots.trash_slot, device=CPU, capture=False
+    )
+    assert runner(torch.zeros(5, WIDTH), torch.zeros(5), torch.zeros(5)) is None
+    assert runner(torch.zeros(0, WIDTH), torch.zeros(0), torch.zeros(0)) is None
+
+
+@given(st.integers(1, 2048))
+def test_bucket_sizes_cover_every_batch(max_batch: int) -> None:
+    sizes = bucket_sizes(max_batch)
+    assert sizes == sorted(set(sizes)) and sizes[0] == 1 and sizes[-1] == max_batch
+    # padding never more than doubles a batch, and at most 32 rows beyond 128
+    for lo, hi in itertools.pairwise(sizes):
+        assert hi <= 2 * lo and (lo < 128 or hi - lo <= 32)
+
+
+def test_bucket_sizes_reject_empty() -> None:
+    with pytest.raises(ValueError):
+        bucket_sizes(0)
+
+
+def test_graphs_only_on_cuda_without_enforce_eager(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not graphs_wanted(CPU, enforce_eager=False)
+    cuda = torch.device("cuda")
+    assert graphs_wanted(cuda, enforce_eager=False)
+    assert not graphs_wanted(cuda, enforce_eager=True)
+    monkeypatch.setenv(DISABLE_ENV, "0")
+    assert not graphs_wanted(cuda, enforce_eager=False)
+
+
+def test_a_failed_capture_hands_every_step_back_to_the_caller() -> None:
+    slots = fresh_slots()
+    runner = PaddedStepGraphs(
+        slots.step, max_batch=MAX_SLOTS, pad_slot=slots.trash_slot, device=CPU, capture=True
+    )
+    idx = torch.tensor([0, 2])
+    seq_lens = slots.prefill_len[idx]
+    before = [t.clone() for t in state_of(slots, 0) + state_of(slots, 2)]
+    # CPU has no CUDA graphs: the capture raises, the runner declines from then on
+    assert runner(torch.randn(2, WIDTH), idx, seq_lens) is None
+    assert runner.failure is not None
+    assert runner(torch.randn(2, WIDTH), idx, seq_lens) is None
+    # the warm-up before the capture touched only the trash slot
+    for x, y in zip(before, state_of(slots, 0) + state_of(slots, 2), strict=True):
+        assert torch.equal(x, y)

@@ -3,7 +3,8 @@
 Runs the same tensor operations the vLLM sampler runs each step (delay
 masks, counter noise, RAS history, per-codebook sampling, machine advance,
 row write-back, row copy-out) on random logits, and reports per stage the
-GPU time (CUDA events) and the host time to issue it. Writes
+GPU time (CUDA events) and the host time to issue it; then the whole step
+as the engine runs it, eager and replayed from its captured CUDA graph. Writes
 ``$OUT/talker_sampler_step.json``.
 
     python -m bench.talker_sampler_step [--batches 1,16,64,256] [--iters 200]
@@ -23,10 +24,12 @@ from typing import Any
 import torch
 
 from realtime_engine.talker.sampling import BatchSampling, sample_codes
-from realtime_engine.talker.termination import BatchTermination, allowed_for_modes
+from realtime_engine.talker.termination import NEVER, BatchTermination, allowed_for_modes
 from realtime_engine.talker.types import CODEBOOK_VOCAB, NUM_CODEBOOKS
-from realtime_engine.talker.vllm_protocol import MAX_RAS_WINDOW
+from realtime_engine.talker.vllm_protocol import MAX_RAS_WINDOW, TalkerArgs
+from realtime_engine.talker.vllm_sampler_graphs import PaddedStepGraphs
 from realtime_engine.talker.vllm_sampling import counter_noise, recent_codes
+from realtime_engine.talker.vllm_slots import TalkerSlots
 
 MAX_LEN = 4096
 
@@ -119,6 +122,63 @@ def measure(batch: int, iters: int, device: torch.device) -> dict[str, dict[str,
     }
 
 
+def measure_whole_step(batch: int, iters: int, device: torch.device) -> dict[str, float]:
+    """The vLLM sampler's whole device step (:meth:`TalkerSlots.step`), eager and, on
+    CUDA, replayed from the captured graph of its batch bucket: wall ms per step."""
+    slots = TalkerSlots(batch, MAX_LEN, NUM_CODEBOOKS, CODEBOOK_VOCAB, device)
+    for slot in range(batch):
+        slots.admit(slot, _release_args(slot), 32, 32)
+    idx = torch.arange(batch, device=device)
+    logits = torch.randn(batch, NUM_CODEBOOKS * CODEBOOK_VOCAB, device=device)
+    runners: dict[str, Callable[[], object]] = {}
+
+    def eager() -> object:
+        seq_lens = slots.prefill_len[idx] + slots.termination.step[idx]
+        return slots.step(logits, idx, seq_lens)
+
+    runners["eager"] = eager
+    if device.type == "cuda":
+        graphs = PaddedStepGraphs(
+            slots.step, max_batch=batch, pad_slot=slots.trash_slot, device=device
+        )
+
+        def graph() -> object:
+            seq_lens = slots.prefill_len[idx] + slots.termination.step[idx]
+            return graphs(logits, idx, seq_lens)
+
+        runners["graph"] = graph
+    out: dict[str, float] = {}
+    for name, fn in runners.items():
+        for _ in range(10):
+            fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        out[f"{name}_ms"] = round(1000 * (time.perf_counter() - t) / iters, 4)
+    return out
+
+
+def _release_args(slot: int) -> TalkerArgs:
+    return TalkerArgs(
+        correlation_id=f"r{slot}",
+        endpoint="ipc:///unused",
+        audio_token_id=1,
+        eos_token_id=2,
+        temperature=1.0,
+        top_k=50,
+        top_p=0.95,
+        ras_window=7,
+        ras_max_repeat=2,
+        seed=slot,
+        eoc_not_before=0,
+        eoc_at=NEVER,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--batches", default="1,16,64,256")
@@ -129,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {"device": str(device), "torch": torch.__version__}
     for batch in (int(b) for b in args.batches.split(",")):
         report[str(batch)] = measure(batch, args.iters, device)
+        report[str(batch)]["whole_step"] = measure_whole_step(batch, args.iters, device)
         print(batch, json.dumps(report[str(batch)]), flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

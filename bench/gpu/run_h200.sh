@@ -21,7 +21,7 @@
 #   PYTHON [python3]  PORT [8000]  PEER_PORT [8095]  BUDGET_S [510]  START_TIMEOUT [300]
 #   MODEL [$CKPT]  TALKER [vllm]  TALKER_OPTIONS [{"max_num_seqs": 384, "max_model_len": 1024}]
 #   SERVE_ARGS [extra `serve` flags]  GW_WHEELS [.whl/gw]  MAKE_CKPT [.whl/peer/make_full_higgs.py]
-#   PRESETS [latency,balanced,exact]  PRESET_WARMUP [3]  PRESET_DURATION [15]  PRESET_MAX_AUDIO [2]
+#   PRESETS [latency,balanced,exact]  PRESET_WARMUP [3]  PRESET_DURATION [10]  PRESET_MAX_AUDIO [2]
 #   LEVELS [1,16,64,128,256,384]  SWEEP_WARMUP [10]  SWEEP_DURATION [15]  AUDIO_SECONDS [10]
 #   SWEEP_SESSION [{"output": {"frame_ms": 60}}]  SWEEP_ARGS [--no-decode]  TOKENS_PER_S [30]
 #   HTTP_LEVELS [1,64] ("" skips)  HTTP_WARMUP [5]  HTTP_DURATION [15]
@@ -51,7 +51,7 @@ GW_WHEELS=${GW_WHEELS:-.whl/gw}
 MAKE_CKPT=${MAKE_CKPT:-.whl/peer/make_full_higgs.py}
 PRESETS=${PRESETS:-latency,balanced,exact}
 PRESET_WARMUP=${PRESET_WARMUP:-3}
-PRESET_DURATION=${PRESET_DURATION:-15}
+PRESET_DURATION=${PRESET_DURATION:-10}
 PRESET_MAX_AUDIO=${PRESET_MAX_AUDIO:-2}
 LEVELS=${LEVELS:-1,16,64,128,256,384}
 SWEEP_WARMUP=${SWEEP_WARMUP:-10}
@@ -110,6 +110,10 @@ PEER_PYTHONPATH=$REPO${KIT_PATH:+:$KIT_PATH}
 # the gateway's talker needs Model Runner V2 and only its own vLLM plugin (vllm-omni, once
 # installed, registers a model under the same architecture name); the peer gets neither
 GW_ENV=(PYTHONPATH="$GW_PYTHONPATH" VLLM_USE_V2_MODEL_RUNNER=1 VLLM_PLUGINS=higgs_audio_v3)
+# talker_checks.sh leaves KEY=VALUE lines here (the sampler graphs off when they changed a row)
+if [ -s "$WORK/gateway.env" ]; then
+  while read -r kv; do [ -n "$kv" ] && GW_ENV+=("$kv"); done < "$WORK/gateway.env"
+fi
 gw_python() { env "${GW_ENV[@]}" "$PY" "$@"; }
 
 # ---------------------------------------------------------------- prep

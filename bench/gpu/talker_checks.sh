@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# talker_checks.sh -- ON THE GPU MACHINE, after the vLLM kit is installed: the talker's code
+# sampler eager vs replayed from its CUDA graphs, then whether the graphs change any row.
+#
+#   1. bench.talker_sampler_step  the sampler's stages and its whole step, eager and graph (no vLLM)
+#   2. bench.talker_vllm_check    tiny checkpoint through vLLM: graphs (vLLM's and the sampler's)
+#                                 vs eager, greedy and seeded-sampled rows; greedy vs the reference
+#   3. bench.talker_step          decode step time of the talker at real size (dummy weights)
+#
+# When check 2 finds a difference, $WORK/gateway.env turns the sampler graphs off for the gateway
+# run that follows (run_h200.sh reads it). Results: $OUT/talker_checks.tar.gz and the JSON files.
+# Environment: OUT [/tmp/h200_out]  SITE [/root/site]  WORK [/root/h200_work]  PYTHON [python3]
+#   STEP_BATCHES [1,16,64,256] ("" skips check 3)  SAMPLER_BATCHES [1,16,64,256,384]
+set -u -o pipefail
+OUT=${OUT:-/tmp/h200_out}
+SITE=${SITE:-/root/site}
+WORK=${WORK:-/root/h200_work}
+PY=${PYTHON:-python3}
+STEP_BATCHES=${STEP_BATCHES-1,16,64,256}
+SAMPLER_BATCHES=${SAMPLER_BATCHES:-1,16,64,256,384}
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+RES=$WORK/talker_checks
+T0=$(date +%s)
+say() { echo "[talker_checks +$(( $(date +%s) - T0 ))s] $*"; }
+
+cd "$REPO" || exit 1
+mkdir -p "$OUT" "$RES" || exit 1
+KIT_PATH=$(cat "$SITE/.pythonpath") || { say "no $SITE/.pythonpath: install the vLLM kit first"; exit 1; }
+export PYTHONPATH=$REPO:$KIT_PATH PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1
+export VLLM_USE_V2_MODEL_RUNNER=1 VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_PLUGINS=higgs_audio_v3
+
+say "sampler step, eager vs graph"
+"$PY" -m bench.talker_sampler_step --batches "$SAMPLER_BATCHES" --iters 200 --out "$RES" \
+  > "$RES/sampler_step.log" 2>&1
+tail -n 6 "$RES/sampler_step.log"
+
+say "rows under graphs vs eager vs the reference (tiny checkpoint)"
+if "$PY" -m bench.talker_vllm_check --out "$RES" > "$RES/vllm_check.log" 2>&1; then
+  say "graphs equal eager: the gateway keeps the sampler graphs"
+  : > "$WORK/gateway.env"
+else
+  say "graphs differ from eager (or the check failed): the gateway runs the sampler eagerly"
+  echo "SPEECH_GATEWAY_SAMPLER_GRAPHS=0" > "$WORK/gateway.env"
+  grep -v "^INFO\|^(EngineCore" "$RES/vllm_check.log" | tail -n 30
+fi
+[ -f "$RES/talker_vllm_check.json" ] && cat "$RES/talker_vllm_check.json"
+
+if [ -n "$STEP_BATCHES" ]; then
+  say "talker decode step at real size"
+  # shellcheck disable=SC2046  # the env file holds KEY=VALUE words
+  env $(cat "$WORK/gateway.env") "$PY" -m bench.talker_step --models higgs --batches "$STEP_BATCHES" \
+    --out "$RES" > "$RES/talker_step.log" 2>&1
+  if [ -f "$RES/talker_step.json" ]; then cat "$RES/talker_step.json"; else tail -n 30 "$RES/talker_step.log"; fi
+fi
+
+cp "$RES"/*.json "$OUT"/ 2>/dev/null
+tar -czf "$OUT/talker_checks.tar.gz" -C "$WORK" talker_checks
+say "done"

@@ -207,6 +207,7 @@ class VllmTalkerRunner:
         if self._engine is None:
             raise TalkerError("the runner is closed")
         from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
 
         self._loop = asyncio.get_running_loop()
         if request.request_id in self._by_request:
@@ -222,6 +223,9 @@ class VllmTalkerRunner:
             temperature=0.0,
             stop_token_ids=[self._specials.eos],
             detokenize=False,
+            # Rows come over ZMQ; vLLM's own per-step outputs (one object and one
+            # wake-up per request per step, in this process) would only be dropped.
+            output_kind=RequestOutputKind.FINAL_ONLY,
             extra_args=args.to_extra_args(),
         )
         stream = _Stream(request, cid)

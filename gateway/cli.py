@@ -19,6 +19,8 @@ from realtime_engine.engines.base import EngineError, SpeechEngine
 
 ENGINES = ("auto", "higgs", "cpu-voice", "fake")
 TALKER_BACKENDS = ("auto", "vllm", "reference")
+# realtime_engine.codec.decoder.CODEC_PRECISIONS, spelled out: importing the codec pulls in torch
+CODEC_PRECISIONS = ("fp32", "tf32", "bf16")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,6 +60,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="options for the vLLM talker engine, e.g. "
         '\'{"max_num_seqs": 256, "gpu_memory_utilization": 0.8}\' (default max_num_seqs 64)',
     )
+    serve.add_argument(
+        "--codec-precision",
+        choices=CODEC_PRECISIONS,
+        default="fp32",
+        help="codec decoder arithmetic on CUDA: fp32 (chunked output equals whole decoding), "
+        "tf32 or bf16 (faster, ~1e-3 rounding)",
+    )
+    serve.add_argument(
+        "--codec-batch", type=int, default=16, help="most chunk windows per codec call"
+    )
     serve.add_argument("--max-sessions", type=int, help="concurrent WebSocket sessions")
     serve.add_argument("--max-contexts", type=int, help="open contexts per session")
     serve.add_argument("--idle-timeout", type=float, help="seconds before an idle session closes")
@@ -94,6 +106,8 @@ def build_engine(
     device: str | None,
     talker: str = "auto",
     talker_options: dict[str, object] | None = None,
+    codec_precision: str = "fp32",
+    codec_batch: int = 16,
 ) -> SpeechEngine:
     if kind == "fake":
         from realtime_engine.engines.fake import FakeEngine
@@ -106,7 +120,12 @@ def build_engine(
     from realtime_engine.engines.higgs import HiggsEngine
 
     engine: SpeechEngine = HiggsEngine.from_pretrained(
-        model or "tiny", device, backend=talker, runner_options=talker_options
+        model or "tiny",
+        device,
+        backend=talker,
+        runner_options=talker_options,
+        codec_precision=codec_precision,
+        codec_batch=codec_batch,
     )
     return engine
 
@@ -199,7 +218,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     _say(f"loading the {kind} engine" + (f" from {args.model}" if args.model else ""))
     loading = time.perf_counter()
     try:
-        engine = build_engine(kind, args.model, args.device, args.talker, args.talker_options)
+        engine = build_engine(
+            kind,
+            args.model,
+            args.device,
+            args.talker,
+            args.talker_options,
+            args.codec_precision,
+            args.codec_batch,
+        )
     except EngineError as e:
         print(f"speech-gateway: error: {e}", file=sys.stderr)
         return 2

@@ -343,3 +343,19 @@ def test_standalone_unknown_tensor_is_an_error(tiny_state: dict[str, torch.Tenso
     boson["decoder_2.model.9.weight"] = torch.zeros(1)
     with pytest.raises(UnexpectedKeyError):
         load_boson_codec(boson)
+
+
+def test_precision_switches_and_rejects_unknown_names(tiny_state: dict[str, torch.Tensor]) -> None:
+    codec = load_codec_decoder(tiny_state)
+    codes = random_codes(6, seed=5)
+    fp32 = codec.decode(codes)
+    for precision in ("tf32", "bf16", "fp32"):
+        codec.set_precision(precision)
+        assert codec.precision == precision
+        assert codec.allow_tf32 == (precision == "tf32")
+        assert codec.autocast_bf16 == (precision == "bf16")
+        # CPU has neither TF32 nor CUDA autocast: every setting computes fp32 here
+        assert torch.equal(codec.decode(codes), fp32)
+    with pytest.raises(ValueError, match="fp8"):
+        codec.set_precision("fp8")
+    assert codec.precision == "fp32"

@@ -30,6 +30,9 @@ from realtime_engine.errors import (
 )
 
 NUM_QUANTIZERS = 8
+# fp32: IEEE convolutions, chunked output equals whole decoding (the default);
+# tf32 / bf16: faster on CUDA at ~1e-3 rounding (throughput over exactness).
+CODEC_PRECISIONS = ("fp32", "tf32", "bf16")
 
 
 class CodecDecoder(nn.Module):
@@ -41,9 +44,23 @@ class CodecDecoder(nn.Module):
         # TF32 convolutions are ~2x faster on large batches but round to ~1e-3,
         # so chunked output no longer equals whole decoding (CUDA only).
         self.allow_tf32 = allow_tf32
+        self.autocast_bf16 = False
         self.quantizer = ResidualVQ(dims)
         self.fc2 = nn.Linear(dims.latent_dim, dims.acoustic_dim)
         self.acoustic_decoder = DacDecoder(dims)
+
+    def set_precision(self, precision: str) -> None:
+        """One of :data:`CODEC_PRECISIONS` (CUDA only; CPU always computes fp32)."""
+        if precision not in CODEC_PRECISIONS:
+            raise ValueError(
+                f"codec precision must be one of {CODEC_PRECISIONS}; got {precision!r}"
+            )
+        self.allow_tf32 = precision == "tf32"
+        self.autocast_bf16 = precision == "bf16"
+
+    @property
+    def precision(self) -> str:
+        return "bf16" if self.autocast_bf16 else "tf32" if self.allow_tf32 else "fp32"
 
     @property
     def hop(self) -> int:
@@ -75,7 +92,11 @@ class CodecDecoder(nn.Module):
         """codes [B, Q, T] (int) -> pcm [B, 1, hop * T] float32."""
         self.check_codes(codes)
         device = self.fc2.weight.device
-        with _ieee_fp32(device, self.allow_tf32):
+        bf16 = self.autocast_bf16 and device.type == "cuda"
+        autocast = (
+            torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+        )
+        with _ieee_fp32(device, self.allow_tf32), autocast:
             latent = self.quantizer.decode(codes.to(device=device, dtype=torch.int64))
             acoustic = self.fc2(latent).transpose(1, 2)  # [B, acoustic, T]
             return self.acoustic_decoder(acoustic).float()

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.errors import CodecInputError, InvalidChunkingError, StreamStateError
 from realtime_engine.codec.presets import DEFAULT_PRESET, get_preset
 from realtime_engine.codec.streaming import (
@@ -208,6 +209,8 @@ class HiggsEngine:
         chunking: ChunkingParams | None = None,
         backend: str = "auto",
         runner_options: dict[str, Any] | None = None,
+        codec_precision: str = "fp32",
+        codec_batch: int = 16,
     ) -> HiggsEngine:
         """Load ``model`` (``tiny``, a directory or a cached HF id).
 
@@ -216,7 +219,9 @@ class HiggsEngine:
         :func:`realtime_engine.talker.vllm_runner.create_talker_runner` with
         ``runner_options``; ``"auto"`` takes vLLM when it is importable and a
         CUDA device is present, else the reference runner. The codec always
-        runs here, on ``device``.
+        runs here, on ``device``, in ``codec_precision`` (``fp32``: chunked
+        output equals whole decoding; ``tf32``/``bf16``: faster on CUDA), up to
+        ``codec_batch`` chunk windows per call.
         """
         from realtime_engine.model.checkpoint import SafetensorsCheckpoint
         from realtime_engine.model.hub import resolve_model
@@ -251,10 +256,17 @@ class HiggsEngine:
                 tokenizer = HiggsTokenizer.from_dir(path)
                 codec = _require_codec(load_codec(SafetensorsCheckpoint(path), device=dev), model)
                 runner = create_talker_runner(path, backend, **(runner_options or {}))
+            if isinstance(codec, CodecDecoder):
+                codec.set_precision(codec_precision)
         except (OSError, ValueError) as e:
             raise EngineError(f"cannot load {model!s}: {e}") from e
         return cls(
-            runner, tokenizer, codec_decode_fn(codec), model_id=str(model), chunking=chunking
+            runner,
+            tokenizer,
+            codec_decode_fn(codec),
+            model_id=str(model),
+            chunking=chunking,
+            codec_batch=codec_batch,
         )
 
     # ------------------------------------------------------------ voices

@@ -159,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     over.add_argument("--first-chunk-delay-ms", type=float, default=50.0)
     over.add_argument("--ramp", type=float, default=5.0, help="seconds to open all sessions")
     over.add_argument("--words", type=int, default=18, help="words per context (18: ~5 s of audio)")
+    over.add_argument("--frame-ms", type=int, default=20, help="output frame length")
     _output(over)
     over.set_defaults(warmup=8.0, duration=20.0, format="pcm16")
     return parser
@@ -303,6 +304,7 @@ async def _overhead(args: argparse.Namespace, argv: list[str]) -> int:
         decode=not args.no_decode,
         seed=args.seed,
         words_per_text=args.words,
+        frame_ms=args.frame_ms,
     )
     result = await run_overhead(cfg, argv, progress=not args.no_progress)
     args.out.mkdir(parents=True, exist_ok=True)

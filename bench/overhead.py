@@ -42,6 +42,7 @@ class OverheadConfig:
     duration_s: float = 20.0
     output_format: str = "pcm16"
     sample_rate: int = 24000
+    frame_ms: int = 20
     decode: bool = False
     seed: int = 0
     words_per_text: int = 18  # ~100 characters, ~5 s of fake-engine audio
@@ -109,7 +110,11 @@ async def _session(
 ) -> None:
     await asyncio.sleep(max(0.0, start_at - time.perf_counter()))
     patch = {
-        "output": {"format": cfg.output_format, "sample_rate": cfg.sample_rate},
+        "output": {
+            "format": cfg.output_format,
+            "sample_rate": cfg.sample_rate,
+            "frame_ms": cfg.frame_ms,
+        },
         "text_buffering": {"mode": "manual"},
     }
     iteration = 0

@@ -326,7 +326,7 @@ class ContextWorker:
     async def _encode(self, chunk: np.ndarray) -> list[EncodedFrame]:
         self._fed_in += len(chunk)
         chunk_ms = len(chunk) * 1000 / self._engine.sample_rate
-        if chunk_ms > self._encode_inline_max_ms:
+        if chunk_ms > self._encode_inline_max_ms and self._encoder.worth_offloading:
             return await asyncio.to_thread(self._encoder.feed, chunk)
         return self._encoder.feed(chunk)
 

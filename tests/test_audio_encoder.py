@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from realtime_engine.audio import AudioEncodeError, AudioEncoder, AudioFormatError, EncodedFrame
 from realtime_engine.audio.encoder import OPUS_DEFAULT_BITRATE
+from realtime_engine.audio.framer import SampleFramer
 
 RATE = 24000
 
@@ -230,3 +231,26 @@ def test_misuse_after_finish_and_bad_input() -> None:
 
 def test_default_bitrates_are_within_opus_range() -> None:
     assert set(OPUS_DEFAULT_BITRATE) == {8000, 16000, 24000, 48000}
+
+
+def test_framer_leftover_survives_the_caller_reusing_its_buffer() -> None:
+    framer = SampleFramer(4)
+    buffer = np.arange(6, dtype=np.float32)
+    first = [f.copy() for f in framer.push(buffer)]
+    buffer[:] = -1.0  # an engine refilling the array it yielded
+    second = framer.push(np.arange(6, 8, dtype=np.float32))
+    assert [f.tolist() for f in first + second] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "sr", "expected"),
+    [
+        ("opus", 24000, True),
+        ("pcm16", 16000, True),
+        ("pcm16", 24000, False),
+        ("pcm_f32", 24000, False),
+        ("mulaw", 8000, True),
+    ],
+)
+def test_only_codec_or_resampling_work_is_worth_a_thread(fmt: str, sr: int, expected: bool) -> None:
+    assert AudioEncoder(fmt, sr).worth_offloading is expected

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import av
 import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 from realtime_engine.audio.pcm import (
     float_to_s16,
@@ -72,3 +75,26 @@ def test_float_s16_round_trip() -> None:
     np.testing.assert_array_equal(float_to_s16(s16_to_float(ALL_S16)), ALL_S16)
     edge = np.array([np.nan, np.inf, -np.inf, 1.5, -1.5], np.float32)
     assert float_to_s16(edge).tolist() == [0, 32767, -32768, 32767, -32768]
+
+
+def _float_to_s16_reference(pcm: np.ndarray) -> np.ndarray:
+    """The textbook formula the fast in-place conversion must match bit for bit."""
+    scaled = np.rint(np.nan_to_num(pcm, nan=0.0) * 32768.0)
+    return np.clip(scaled, -32768, 32767).astype(np.int16)
+
+
+@given(
+    hnp.arrays(
+        np.float32,
+        hnp.array_shapes(max_dims=1, max_side=300),
+        elements=st.floats(width=32, allow_nan=True, allow_infinity=True),
+    )
+)
+def test_float_to_s16_matches_the_reference_formula(pcm: np.ndarray) -> None:
+    np.testing.assert_array_equal(float_to_s16(pcm), _float_to_s16_reference(pcm))
+
+
+def test_float_to_s16_matches_the_reference_on_every_half_step() -> None:
+    # Every value k/65536 in [-1.5, 1.5]: all rounding ties and both clip edges.
+    halves = (np.arange(-3 * 32768, 3 * 32768 + 1, dtype=np.float64) / 65536).astype(np.float32)
+    np.testing.assert_array_equal(float_to_s16(halves), _float_to_s16_reference(halves))

@@ -101,7 +101,7 @@ class _PcmCodec:
     def encode(self, frame: FloatArray) -> bytes:
         out: npt.NDArray[np.generic]
         if self._fmt == "pcm16":
-            out = float_to_s16(frame).astype("<i2")
+            out = float_to_s16(frame).astype("<i2", copy=False)
         elif self._fmt == "pcm_f32":
             out = frame.astype("<f4")
         else:
@@ -168,6 +168,16 @@ class AudioEncoder:
         self._samples_out = 0
         self._fed_samples = 0
         self._finished = False
+
+    @property
+    def worth_offloading(self) -> bool:
+        """Whether encoding a long chunk costs more than handing it to a worker thread.
+
+        Opus and resampling spend real time in C (with the GIL released); PCM
+        framing at the input rate is a few array operations, cheaper than the
+        event loop's share of a thread hop (submit, wake-up, result callback).
+        """
+        return self.format == "opus" or not self._resampler.passthrough
 
     @property
     def pre_skip_samples(self) -> int:

@@ -28,10 +28,13 @@ class SampleFramer:
         self._pending_len += pcm.size
         if self._pending_len < self.frame_samples:
             return []
-        joined = np.concatenate(self._pending)
+        # One pending array (the common case: a chunk longer than a frame) is
+        # sliced as it is, without a copy; the leftover is copied so it does
+        # not pin the whole chunk until the next push.
+        joined = self._pending[0] if len(self._pending) == 1 else np.concatenate(self._pending)
         whole = (joined.size // self.frame_samples) * self.frame_samples
         frames = [joined[i : i + self.frame_samples] for i in range(0, whole, self.frame_samples)]
-        rest = joined[whole:]
+        rest = joined[whole:].copy()
         self._pending = [rest] if rest.size else []
         self._pending_len = rest.size
         return frames

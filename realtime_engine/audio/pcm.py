@@ -34,8 +34,18 @@ def as_mono_float32(pcm: npt.ArrayLike) -> FloatArray:
 
 
 def float_to_s16(pcm: FloatArray) -> Int16Array:
-    scaled = np.rint(np.nan_to_num(pcm, nan=0.0) * 32768.0)
-    return np.clip(scaled, -32768, 32767).astype(np.int16)
+    """Scale by 32768, round half to even, clip; NaN becomes 0.
+
+    Written as in-place ufuncs on one float32 buffer: this runs for every
+    audio frame of every stream, and ``nan_to_num``/``clip`` add several
+    temporaries and Python-level dispatch per call.
+    """
+    scaled = np.multiply(pcm, np.float32(32768.0), dtype=np.float32)
+    np.rint(scaled, out=scaled)
+    np.maximum(scaled, -32768.0, out=scaled)  # keeps NaN
+    np.minimum(scaled, 32767.0, out=scaled)
+    np.copyto(scaled, 0.0, where=np.isnan(scaled))
+    return scaled.astype(np.int16)
 
 
 def s16_to_float(samples: Int16Array) -> FloatArray:

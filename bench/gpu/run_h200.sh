@@ -23,7 +23,8 @@
 #   SERVE_ARGS [extra `serve` flags]  GW_WHEELS [.whl/gw]  MAKE_CKPT [.whl/peer/make_full_higgs.py]
 #   PRESETS [latency,balanced,exact]  PRESET_WARMUP [3]  PRESET_DURATION [10]  PRESET_MAX_AUDIO [2]
 #   LEVELS [1,16,64,128,256,384]  SWEEP_WARMUP [10]  SWEEP_DURATION [15]  AUDIO_SECONDS [10]
-#   SWEEP_SESSION [{"output": {"frame_ms": 60}}]  SWEEP_ARGS [--no-decode]  TOKENS_PER_S [30]
+#   SWEEP_SESSION [{"output": {"frame_ms": 60}}]  SWEEP_ARGS [--no-decode]
+#   TOKENS_PER_S [0: all text at once, so TTFA is the system's; 30 paces it like an LLM]
 #   HTTP_LEVELS [1,64] ("" skips)  HTTP_WARMUP [5]  HTTP_DURATION [15]
 #   PEER_LEVELS [1,16,64]  PEER_PROFILE [high_throughput]  PEER_START_TIMEOUT [420]
 #   FALLBACK [1]: when the vLLM talker does not start, serve the reference talker and measure a little
@@ -59,7 +60,7 @@ SWEEP_DURATION=${SWEEP_DURATION:-15}
 AUDIO_SECONDS=${AUDIO_SECONDS:-10}
 SWEEP_SESSION=${SWEEP_SESSION:-'{"output": {"frame_ms": 60}}'}
 SWEEP_ARGS=${SWEEP_ARGS---no-decode}
-TOKENS_PER_S=${TOKENS_PER_S:-30}
+TOKENS_PER_S=${TOKENS_PER_S:-0}
 HTTP_LEVELS=${HTTP_LEVELS-1,64}
 HTTP_WARMUP=${HTTP_WARMUP:-5}
 HTTP_DURATION=${HTTP_DURATION:-15}

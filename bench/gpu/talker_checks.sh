@@ -2,6 +2,7 @@
 # talker_checks.sh -- ON THE GPU MACHINE, after the vLLM kit is installed: the talker's code
 # sampler eager vs replayed from its CUDA graphs, then whether the graphs change any row.
 #
+#   0. bench.codec_throughput     the codec decoder's audio-seconds per second (no vLLM)
 #   1. bench.talker_sampler_step  the sampler's stages and its whole step, eager and graph (no vLLM)
 #   2. bench.talker_vllm_check    tiny checkpoint through vLLM: graphs (vLLM's and the sampler's)
 #                                 vs eager, greedy and seeded-sampled rows; greedy vs the reference
@@ -11,6 +12,7 @@
 # run that follows (run_h200.sh reads it). Results: $OUT/talker_checks.tar.gz and the JSON files.
 # Environment: OUT [/tmp/h200_out]  SITE [/root/site]  WORK [/root/h200_work]  PYTHON [python3]
 #   STEP_BATCHES [1,16,64,256] ("" skips check 3)  SAMPLER_BATCHES [1,16,64,256,384]
+#   CODEC_BATCHES [1,16,64,128]
 set -u -o pipefail
 OUT=${OUT:-/tmp/h200_out}
 SITE=${SITE:-/root/site}
@@ -18,6 +20,7 @@ WORK=${WORK:-/root/h200_work}
 PY=${PYTHON:-python3}
 STEP_BATCHES=${STEP_BATCHES-1,16,64,256}
 SAMPLER_BATCHES=${SAMPLER_BATCHES:-1,16,64,256,384}
+CODEC_BATCHES=${CODEC_BATCHES:-1,16,64,128}
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 RES=$WORK/talker_checks
 T0=$(date +%s)
@@ -28,6 +31,10 @@ mkdir -p "$OUT" "$RES" || exit 1
 KIT_PATH=$(cat "$SITE/.pythonpath") || { say "no $SITE/.pythonpath: install the vLLM kit first"; exit 1; }
 export PYTHONPATH=$REPO:$KIT_PATH PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1
 export VLLM_USE_V2_MODEL_RUNNER=1 VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_PLUGINS=higgs_audio_v3
+
+say "codec decoder throughput by preset, batch and precision"
+"$PY" -m bench.codec_throughput --batches "$CODEC_BATCHES" --out "$RES" > "$RES/codec_throughput.log" 2>&1
+grep -E '"batch": (1|64|128)[,}]' "$RES/codec_throughput.log" | cut -c1-200
 
 say "sampler step, eager vs graph"
 "$PY" -m bench.talker_sampler_step --batches "$SAMPLER_BATCHES" --iters 200 --out "$RES" \

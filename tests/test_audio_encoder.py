@@ -254,3 +254,25 @@ def test_framer_leftover_survives_the_caller_reusing_its_buffer() -> None:
 )
 def test_only_codec_or_resampling_work_is_worth_a_thread(fmt: str, sr: int, expected: bool) -> None:
     assert AudioEncoder(fmt, sr).worth_offloading is expected
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    samples=st.lists(
+        st.floats(-2.0, 2.0, width=32) | st.just(float("nan")), min_size=1, max_size=4000
+    ),
+    fmt_rate=st.sampled_from([("pcm16", 24000), ("pcm_f32", 24000), ("mulaw", 8000)]),
+)
+def test_pcm_frames_converted_together_equal_frames_converted_one_by_one(
+    samples: list[float], fmt_rate: tuple[str, int]
+) -> None:
+    fmt, sr = fmt_rate
+    x = np.array(samples, np.float32)
+    whole = AudioEncoder(fmt, sr)
+    together = whole.feed(x) + whole.finish()
+    single = AudioEncoder(fmt, sr)
+    step = single.frame_samples * RATE // sr  # one output frame of input per feed
+    one_by_one = [f for i in range(0, x.size, step) for f in single.feed(x[i : i + step])]
+    one_by_one += single.finish()
+    assert [f.payload for f in together] == [f.payload for f in one_by_one]
+    assert [f.samples for f in together] == [f.samples for f in one_by_one]

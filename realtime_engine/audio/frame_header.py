@@ -47,6 +47,19 @@ def _check_uint(name: str, value: int, maximum: int) -> None:
 
 def pack_frame(stream: int, seq: int, pts_ms: int, payload: bytes, kind: int = KIND_AUDIO) -> bytes:
     """Header + payload as one binary WebSocket message."""
+    # Runs once per audio frame: the common, valid case is checked in one
+    # expression; anything else takes the checks below, which name the problem.
+    if (
+        type(stream) is int
+        and type(seq) is int
+        and type(pts_ms) is int
+        and type(payload) is bytes
+        and kind == KIND_AUDIO
+        and 0 <= stream <= _U16_MAX
+        and 0 <= seq <= _U32_MAX
+        and 0 <= pts_ms <= _U32_MAX
+    ):
+        return HEADER_STRUCT.pack(FRAME_VERSION, kind, stream, seq, pts_ms) + payload
     _check_uint("stream", stream, _U16_MAX)
     _check_uint("seq", seq, _U32_MAX)
     _check_uint("pts_ms", pts_ms, _U32_MAX)

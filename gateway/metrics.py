@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Mapping
 from typing import Protocol
 
@@ -92,12 +93,24 @@ class GatewayMetrics:
         self.outbound_queue_depth = Gauge(
             "speech_outbound_queue_depth", "Frames and events waiting for sockets", registry=r
         )
+        # Read at scrape time from the live queues rather than counted on every
+        # put and get: a gauge update takes a lock, and this one would be
+        # updated twice per audio frame.
+        self._outbound_queues: weakref.WeakSet[SizedQueue] = weakref.WeakSet()
+        self.outbound_queue_depth.set_function(self._outbound_depth)
         self.audio_seconds_out = Counter(
             "speech_audio_seconds_out", "Audio seconds sent to clients", registry=r
         )
         self.errors_total = Counter(
             "speech_errors", "Error events sent, by type and code", ["type", "code"], registry=r
         )
+
+    def track_outbound_queue(self, queue: SizedQueue) -> None:
+        """Count ``queue``'s items in ``outbound_queue_depth`` for as long as it lives."""
+        self._outbound_queues.add(queue)
+
+    def _outbound_depth(self) -> float:
+        return float(sum(queue.qsize() for queue in list(self._outbound_queues)))
 
     def observe_stages(self, stages: Mapping[str, float]) -> None:
         """One context's first-audio stages (seconds after its first segment was speakable)."""
@@ -109,6 +122,10 @@ class GatewayMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class SizedQueue(Protocol):
+    def qsize(self) -> int: ...
 
 
 class RunnerStatsLike(Protocol):

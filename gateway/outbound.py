@@ -64,6 +64,7 @@ class Outbound:
     def __init__(self, maxsize: int, metrics: GatewayMetrics) -> None:
         self._queue: asyncio.Queue[OutItem] = asyncio.Queue(maxsize)
         self._metrics = metrics
+        metrics.track_outbound_queue(self)
         self.last_audio_at = time.perf_counter()
 
     def qsize(self) -> int:
@@ -71,13 +72,11 @@ class Outbound:
 
     async def put(self, item: OutItem) -> None:
         await self._queue.put(item)
-        self._metrics.outbound_queue_depth.inc()
 
     async def get(self) -> Outgoing:
         """The next message to send (skipping what must no longer be sent)."""
         while True:
             item = await self._queue.get()
-            self._metrics.outbound_queue_depth.dec()
             message = self._render(item)
             if message is not None:
                 return message
@@ -86,7 +85,6 @@ class Outbound:
         """Forget everything queued (the connection is gone)."""
         while not self._queue.empty():
             self._queue.get_nowait()
-            self._metrics.outbound_queue_depth.dec()
 
     def _render(self, item: OutItem) -> Outgoing | None:
         if isinstance(item, OutAudio):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass
 
 from gateway.metrics import EngineStatsSampler, GatewayMetrics
+from gateway.outbound import Outbound, OutClose
 
 
 @dataclass(frozen=True)
@@ -51,3 +53,19 @@ def test_registries_are_per_instance() -> None:
         )
         is None
     )
+
+
+async def test_outbound_depth_counts_the_items_of_every_live_queue() -> None:
+    metrics = GatewayMetrics()
+    first, second = Outbound(8, metrics), Outbound(8, metrics)
+    for _ in range(3):
+        await first.put(OutClose(1000, "bye"))
+    await second.put(OutClose(1000, "bye"))
+    assert sample(metrics, "speech_outbound_queue_depth") == 4
+    assert await first.get() == OutClose(1000, "bye")
+    assert sample(metrics, "speech_outbound_queue_depth") == 3
+    first.drain()
+    assert sample(metrics, "speech_outbound_queue_depth") == 1
+    del second
+    gc.collect()
+    assert sample(metrics, "speech_outbound_queue_depth") == 0

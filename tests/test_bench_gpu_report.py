@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.gpu.report import main, merge
+import pytest
+
+from bench.gpu.report import combine, main, merge
+from bench.stats import summarize
 
 
 def _result(level: float, target: str = "gateway") -> dict:
@@ -64,3 +67,71 @@ def test_merge_command_and_summary(tmp_path: Path, capsys) -> None:  # type: ign
     assert "- gateway: CPU % of one core, median 120, max 120" in text
     assert "GPU utilization %: mean while busy 80, max 80" in text
     assert main(["merge", str(tmp_path), "none", missing]) == 1
+
+
+def _part(level: int, ttfas: list[float], throughput: float, underruns: int) -> dict:
+    streams = [
+        {
+            "target": "gateway",
+            "level": level,
+            "stream": i,
+            "in_window": True,
+            "ok": True,
+            "ttfa_ms": t,
+            "server_ttfa_ms": None,
+            "rtf": 0.25,
+            "audio_s": 10.0,
+            "chunks": 12,
+            "max_gap_ms": 90.0,
+            "stall_s": 0.0,
+            "connect_ms": 3.0,
+            "ttfa_decoded_ms": None,
+        }
+        for i, t in enumerate(ttfas)
+    ]
+    streams.append({**streams[0], "in_window": False, "ttfa_ms": 9999.0})  # warm-up stream
+    result = _result(level)
+    result["levels"][0].update(
+        streams_started=len(streams),
+        streams_measured=len(ttfas),
+        ok=len(ttfas),
+        errors=0,
+        throughput_audio_s_per_s=throughput,
+        audio_s_in_window=throughput * 15,
+        underruns_total=underruns,
+        streams_with_underrun=min(underruns, 1),
+        samples={"ttfa_ms": list(ttfas), "gap_ms": [60.0] * len(ttfas)},
+    )
+    result["streams"] = streams
+    return result
+
+
+def test_combine_pools_streams_and_sums_rates() -> None:
+    a = _part(64, [100.0, 110.0, 300.0], throughput=150.0, underruns=0)
+    b = _part(64, [120.0, 500.0], throughput=149.5, underruns=2)
+    combined = combine([a, b])
+    (level,) = combined["levels"]
+    assert level["level"] == 128 and combined["config"]["levels"] == [128]
+    assert level["throughput_audio_s_per_s"] == 299.5
+    assert (level["streams_measured"], level["ok"], level["streams_started"]) == (5, 5, 7)
+    assert (level["underruns_total"], level["streams_with_underrun"]) == (2, 1)
+    # percentiles of the pooled in-window streams, not of the parts' summaries
+    assert level["ttfa_ms"] == summarize([100.0, 110.0, 300.0, 120.0, 500.0], 2)
+    assert level["samples"]["ttfa_ms"] == [100.0, 110.0, 300.0, 120.0, 500.0]
+    assert level["client_processes"] == 2 and level["total_ms"]["n"] == 0
+    assert [r["stream"] for r in combined["streams"]] == list(range(7))
+    assert {r["level"] for r in combined["streams"]} == {128}
+
+
+def test_combine_refuses_mixed_inputs(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        combine([])
+    two_levels = merge([(None, _result(1)), (None, _result(2))])
+    with pytest.raises(ValueError):
+        combine([two_levels])
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(_part(8, [50.0], 10.0, 0)))
+    out = str(tmp_path / "out.json")
+    assert main(["combine", out, str(path), str(tmp_path / "gone.json")]) == 1
+    assert main(["combine", out, str(path), str(path)]) == 0
+    assert json.loads((tmp_path / "out.json").read_text())["levels"][0]["level"] == 16

@@ -1,12 +1,16 @@
 """Merge per-level ``bench run`` results and write the run's summary (used by run_h200.sh).
 
 python -m bench.gpu.report merge DIR NAME [LABEL=]RESULT.json ...   # DIR/NAME.json + DIR/NAME_*.png
+python -m bench.gpu.report combine OUT.json PART.json ...           # one level, several clients
 python -m bench.gpu.report summary DIR > summary.md                 # tables of DIR/*.json + notes
 
 Each level of a run is its own ``bench run`` (a level that overruns its time
 limit loses only itself); ``merge`` joins them into one result as if one run
 had measured every level. ``LABEL=`` renames the target (``gateway`` becomes
 ``gateway latency``), for runs that differ in their session settings.
+``combine`` joins the parts of one level whose streams several client
+processes drove side by side (one Python client saturates near a few hundred
+streams).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.report import stage_table
+from bench.stats import summarize
 from bench.sweep import table
 
 # Result files the summary lists, in this order, with a title.
@@ -53,6 +58,83 @@ def merge(parts: list[tuple[str | None, dict[str, Any]]]) -> dict[str, Any]:
         merged["meta"]["argv"].append(result["meta"].get("argv", []))
         merged["config"]["levels"].extend(result["config"].get("levels", []))
     return merged
+
+
+# per-stream row field -> level summary field, pooled by combine()
+_POOLED = (
+    ("ttfa_ms", "ttfa_ms", 2),
+    ("ttfa_decoded_ms", "ttfa_decoded_ms", 2),
+    ("server_ttfa_ms", "server_ttfa_ms", 2),
+    ("connect_ms", "connect_ms", 2),
+    ("rtf", "rtf", 4),
+    ("audio_s", "audio_s", 4),
+    ("chunks", "chunks", 1),
+    ("max_gap_ms", "max_gap_ms", 2),
+    ("stall_s", "stall_s", 4),
+)
+# summaries that per-stream rows do not carry: not pooled, marked as such
+_NOT_POOLED = ("total_ms", "underrun_s", "min_lead_ms", "gap_ms")
+
+
+def combine(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One level measured by several client processes at once, as one result.
+
+    Each part is a single-level ``bench run`` result whose clients ran
+    side by side with the others' (started together, same warm-up and
+    window). The level is the sum of the parts' levels, throughput the sum
+    of their throughputs; percentiles are recomputed from the pooled
+    per-stream rows (and gap samples), counts are summed.
+    """
+    if not parts or any(len(p["levels"]) != 1 for p in parts):
+        raise ValueError("combine takes single-level results")
+    levels = [p["levels"][0] for p in parts]
+    if len({lv["mode"] for lv in levels}) != 1:
+        raise ValueError("parts measured different load modes")
+    out: dict[str, Any] = json.loads(json.dumps(parts[0]))
+    streams = [dict(row) for p in parts for row in p["streams"]]
+    total = sum(lv["level"] for lv in levels)
+    for i, row in enumerate(streams):
+        row["level"], row["stream"] = total, i
+    measured = [r for r in streams if r.get("in_window")]
+    ok = [r for r in measured if r.get("ok")]
+    level = dict(levels[0])
+    level["level"] = total
+    for key in ("streams_started", "streams_measured", "ok", "errors"):
+        level[key] = sum(lv.get(key, 0) for lv in levels)
+    for key in ("underruns_total", "streams_with_underrun"):
+        level[key] = sum(lv.get(key, 0) for lv in levels)
+    level["error_samples"] = sorted({e for lv in levels for e in lv.get("error_samples", [])})[:5]
+    level["audio_s_in_window"] = round(sum(lv.get("audio_s_in_window", 0.0) for lv in levels), 4)
+    rates = [r for lv in levels if (r := lv.get("throughput_audio_s_per_s")) is not None]
+    level["throughput_audio_s_per_s"] = round(sum(rates), 4) if rates else None
+    for row_key, summary_key, digits in _POOLED:
+        level[summary_key] = summarize([r.get(row_key) for r in ok], digits)
+    samples = {
+        "ttfa_ms": [x for lv in levels for x in lv.get("samples", {}).get("ttfa_ms", [])],
+        "gap_ms": [x for lv in levels for x in lv.get("samples", {}).get("gap_ms", [])],
+    }
+    level["samples"] = samples
+    level["gap_ms"] = summarize(samples["gap_ms"], 2)
+    for key in _NOT_POOLED[:-1]:  # gap_ms is pooled from the samples above
+        level[key] = {"n": 0, "note": "not pooled across client processes"}
+    level["server_metrics"] = {}
+    level["client_processes"] = len(parts)
+    out["levels"] = [level]
+    out["streams"] = streams
+    out["config"]["levels"] = [total]
+    out["meta"]["argv"] = [p["meta"].get("argv", []) for p in parts]
+    out["meta"]["client_processes"] = len(parts)
+    return out
+
+
+def cmd_combine(out_path: Path, paths: list[Path]) -> int:
+    parts = [json.loads(path.read_text()) for path in paths if path.is_file()]
+    missing = [str(path) for path in paths if not path.is_file()]
+    if missing or not parts:
+        print(f"[report] combine: missing parts {missing}", file=sys.stderr)
+        return 1
+    out_path.write_text(json.dumps(combine(parts), indent=1))
+    return 0
 
 
 def _parse_part(spec: str) -> tuple[str | None, Path]:
@@ -158,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) >= 3 and args[0] == "merge":
         return cmd_merge(Path(args[1]), args[2], args[3:])
+    if len(args) >= 3 and args[0] == "combine":
+        return cmd_combine(Path(args[1]), [Path(a) for a in args[2:]])
     if len(args) == 2 and args[0] == "summary":
         print(summary(Path(args[1])))
         return 0

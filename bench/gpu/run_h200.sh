@@ -27,6 +27,7 @@
 #   TOKENS_PER_S [0: all text at once, so TTFA is the system's; 30 paces it like an LLM]
 #   HTTP_LEVELS [1,64] ("" skips)  HTTP_WARMUP [5]  HTTP_DURATION [15]
 #   PEER_LEVELS [1,16,64]  PEER_PROFILE [high_throughput]  PEER_START_TIMEOUT [420]
+#   CLIENT_PROCS [4]  STREAMS_PER_CLIENT [64]: a sweep level runs ceil(c / 64) bench clients, at most 4
 #   FALLBACK [1]: when the vLLM talker does not start, serve the reference talker and measure a little
 #   LOCAL [0]: 1 = no kit site, no wheels, no plugin dist-info (a CPU machine with the project's venv)
 set -u -o pipefail
@@ -68,6 +69,8 @@ PEER_LEVELS=${PEER_LEVELS:-1,16,64}
 PEER_PROFILE=${PEER_PROFILE:-high_throughput}
 PEER_START_TIMEOUT=${PEER_START_TIMEOUT:-420}
 FALLBACK=${FALLBACK:-1}
+CLIENT_PROCS=${CLIENT_PROCS:-4}
+STREAMS_PER_CLIENT=${STREAMS_PER_CLIENT:-64}
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 RES=$WORK/results_$PHASE          # everything measured; bundled into $OUT at the end
@@ -350,6 +353,35 @@ level() {
   [ $rc = 0 ]
 }
 
+# split_level NAME NEED_S CONCURRENCY ARGS...: one closed-loop level, its streams driven by
+# ceil(CONCURRENCY / STREAMS_PER_CLIENT) client processes (at most CLIENT_PROCS) started together,
+# then combined into $RES/NAME.json (one Python client saturates near a few hundred streams)
+split_level() {
+  local name=$1 need=$2 c=$3 procs i share t rc=0 pids=() files=(); shift 3
+  procs=$(( (c + STREAMS_PER_CLIENT - 1) / STREAMS_PER_CLIENT ))
+  [ "$procs" -gt "$CLIENT_PROCS" ] && procs=$CLIENT_PROCS
+  if [ "$procs" -le 1 ]; then level "$name" "$need" --levels "$c" "$@"; return; fi
+  t=$(date +%s)
+  if [ $(( $(left) - 5 )) -lt "$need" ]; then
+    say "skip $name: needs ~${need}s, $(left)s left"; step_log "$name" skipped 0 "needs ${need}s, $(left)s left"; return 1
+  fi
+  local limit=$(( $(left) - 5 ))
+  for i in $(seq 0 $(( procs - 1 ))); do
+    share=$(( c / procs + (i < c % procs ? 1 : 0) ))
+    run_to "$RES/${name}_p$i.log" timeout -k 5 "$limit" env PYTHONPATH="$GW_PYTHONPATH" "$PY" -m bench run \
+      --no-progress --tokens-per-s "$TOKENS_PER_S" --seed "$i" --out "$RES/${name}_p$i" --levels "$share" "$@" &
+    pids+=($!)
+    files+=("$RES/${name}_p$i/run.json")
+  done
+  [ "$DRY_RUN" = 1 ] && return 0
+  for i in "${pids[@]}"; do wait "$i" || rc=$?; done
+  tail -n 4 "$RES/${name}_p0.log"
+  env PYTHONPATH="$GW_PYTHONPATH" "$PY" -m bench.gpu.report combine "$RES/$name.json" "${files[@]}" || rc=1
+  [ -n "$SCRAPE" ] && scrape_metrics "$name"
+  step_log "$name" "$([ $rc = 0 ] && echo ok || echo "rc=$rc") ($procs clients)" "$(( $(date +%s) - t ))"
+  [ $rc = 0 ]
+}
+
 merge() {  # merge NAME PART...
   local name=$1; shift
   run_to "$RES/merge_$name.log" env PYTHONPATH="$GW_PYTHONPATH" "$PY" -m bench.gpu.report merge "$RES" "$name" "$@"
@@ -375,7 +407,7 @@ sweep() {
     if [ -n "$stopped" ]; then step_log "${name}_c$c" "not run" 0 "after $stopped"; continue; fi
     parts+=("$RES/${name}_c$c.json")
     # warm-up + window + draining the last streams (at most one stream) + start-up
-    level "${name}_c$c" $(( warm + dur + AUDIO_SECONDS + 10 )) --levels "$c" --warmup "$warm" \
+    split_level "${name}_c$c" $(( warm + dur + AUDIO_SECONDS + 10 )) "$c" --warmup "$warm" \
       --duration "$dur" --audio-seconds "$AUDIO_SECONDS" "$@" || stopped="${name}_c$c"
   done
   merge "$name" "${parts[@]}"

@@ -7,6 +7,8 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from realtime_engine.engines.base import EngineError, SegmentRequest, UnsupportedVoiceError
 from realtime_engine.engines.fake import FakeEngine, segment_pitch_hz
@@ -105,3 +107,14 @@ async def test_start_and_close() -> None:
     assert engine.closed
     with pytest.raises(TypeError):
         FakeEngine(no_such_option=1)
+
+
+@settings(max_examples=30, deadline=None)
+@given(text=st.text(min_size=1, max_size=60), sample_rate=st.sampled_from([16000, 22050, 24000]))
+def test_render_is_the_segment_tone_sample_for_sample(text: str, sample_rate: int) -> None:
+    engine = FakeEngine(sample_rate=sample_rate)
+    audio = engine.render(SegmentRequest("r", text))
+    t = np.arange(audio.size, dtype=np.float64) / sample_rate
+    expected = 0.3 * np.sin(2 * np.pi * segment_pitch_hz(text) * t)
+    assert audio.dtype == np.float32
+    np.testing.assert_allclose(audio, expected, rtol=0, atol=1e-6)

@@ -10,6 +10,8 @@ so tests can assert that cancelled work really stopped.
 from __future__ import annotations
 
 import asyncio
+import functools
+import math
 import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -60,6 +62,20 @@ def segment_pitch_hz(text: str) -> float:
     return 200.0 + float(zlib.crc32(text.encode()) % 600)
 
 
+@functools.lru_cache(maxsize=128)
+def _tone_period(pitch_hz: int, sample_rate: int, amplitude: float) -> np.ndarray:
+    """One period of a whole-hertz tone: ``sample_rate / gcd`` samples, at most one second."""
+    period = sample_rate // math.gcd(pitch_hz, sample_rate)
+    table = _tone(float(pitch_hz), sample_rate, amplitude, period)
+    table.flags.writeable = False  # shared by every segment at this pitch
+    return table
+
+
+def _tone(pitch_hz: float, sample_rate: int, amplitude: float, n: int) -> np.ndarray:
+    t = np.arange(n, dtype=np.float64) / sample_rate
+    return (amplitude * np.sin(2 * np.pi * pitch_hz * t)).astype(np.float32)
+
+
 class FakeEngine:
     name = "fake"
     model_id = "fake-tone"
@@ -87,9 +103,12 @@ class FakeEngine:
         else:
             seconds = max(cfg.min_seconds, len(request.text) * cfg.seconds_per_char)
             n = int(seconds / max(request.speed, 1e-3) * cfg.sample_rate)
-        t = np.arange(n, dtype=np.float64) / cfg.sample_rate
-        tone = np.sin(2 * np.pi * segment_pitch_hz(request.text) * t)
-        return (cfg.amplitude * tone).astype(np.float32)
+        pitch = segment_pitch_hz(request.text)
+        if pitch.is_integer():
+            # Tiling one period costs a copy instead of a sine per sample: load
+            # runs render hundreds of segments a second in the gateway's process.
+            return np.resize(_tone_period(int(pitch), cfg.sample_rate, cfg.amplitude), n)
+        return _tone(pitch, cfg.sample_rate, cfg.amplitude, n)
 
     async def synthesize(self, request: SegmentRequest) -> AsyncIterator[np.ndarray]:
         cfg = self.config

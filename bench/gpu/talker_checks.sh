@@ -60,6 +60,9 @@ if [ -n "$STEP_BATCHES" ]; then
   if [ -f "$RES/talker_step.json" ]; then cat "$RES/talker_step.json"; else tail -n 30 "$RES/talker_step.log"; fi
 fi
 
+say "sampler graph messages from the engines (captured / failed):"
+grep -h "code sampler" "$RES"/*.log | sed 's/.*\(captured the code sampler\|capturing the code sampler failed\)/\1/' \
+  | cut -c1-200 | sort | uniq -c | head -n 5
 cp "$RES"/*.json "$OUT"/ 2>/dev/null
 tar -czf "$OUT/talker_checks.tar.gz" -C "$WORK" talker_checks
 say "done"

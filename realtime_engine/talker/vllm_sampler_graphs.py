@@ -22,7 +22,8 @@ from collections.abc import Callable
 
 import torch
 
-logger = logging.getLogger(__name__)
+# Runs in vLLM's engine process: a child of vLLM's logger shows up in the engine's log.
+logger = logging.getLogger("vllm.plugins.higgs_talker.sampler_graphs")
 
 # Turns the graphs off (eager sampling) in the engine process, for comparison runs.
 DISABLE_ENV = "SPEECH_GATEWAY_SAMPLER_GRAPHS"

@@ -12,7 +12,7 @@
 # run that follows (run_h200.sh reads it). Results: $OUT/talker_checks.tar.gz and the JSON files.
 # Environment: OUT [/tmp/h200_out]  SITE [/root/site]  WORK [/root/h200_work]  PYTHON [python3]
 #   STEP_BATCHES [1,16,64,256] ("" skips check 3)  SAMPLER_BATCHES [1,16,64,256,384]
-#   CODEC_BATCHES [1,16,64,128]
+#   CODEC_BATCHES [1,16,64,128]  CHECKS [codec,sampler,rows,step]: which of 0-3 to run
 set -u -o pipefail
 OUT=${OUT:-/tmp/h200_out}
 SITE=${SITE:-/root/site}
@@ -21,6 +21,8 @@ PY=${PYTHON:-python3}
 STEP_BATCHES=${STEP_BATCHES-1,16,64,256}
 SAMPLER_BATCHES=${SAMPLER_BATCHES:-1,16,64,256,384}
 CODEC_BATCHES=${CODEC_BATCHES:-1,16,64,128}
+CHECKS=${CHECKS:-codec,sampler,rows,step}
+want() { [[ ",$CHECKS," == *",$1,"* ]]; }
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 RES=$WORK/talker_checks
 T0=$(date +%s)
@@ -32,27 +34,34 @@ KIT_PATH=$(cat "$SITE/.pythonpath") || { say "no $SITE/.pythonpath: install the 
 export PYTHONPATH=$REPO:$KIT_PATH PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1
 export VLLM_USE_V2_MODEL_RUNNER=1 VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_PLUGINS=higgs_audio_v3
 
-say "codec decoder throughput by preset, batch and precision"
-"$PY" -m bench.codec_throughput --batches "$CODEC_BATCHES" --out "$RES" > "$RES/codec_throughput.log" 2>&1
-grep -E '"batch": (1|64|128)[,}]' "$RES/codec_throughput.log" | cut -c1-200
-
-say "sampler step, eager vs graph"
-"$PY" -m bench.talker_sampler_step --batches "$SAMPLER_BATCHES" --iters 200 --out "$RES" \
-  > "$RES/sampler_step.log" 2>&1
-tail -n 6 "$RES/sampler_step.log"
-
-say "rows under graphs vs eager vs the reference (tiny checkpoint)"
-if "$PY" -m bench.talker_vllm_check --out "$RES" > "$RES/vllm_check.log" 2>&1; then
-  say "graphs equal eager: the gateway keeps the sampler graphs"
-  : > "$WORK/gateway.env"
-else
-  say "graphs differ from eager (or the check failed): the gateway runs the sampler eagerly"
-  echo "SPEECH_GATEWAY_SAMPLER_GRAPHS=0" > "$WORK/gateway.env"
-  grep -v "^INFO\|^(EngineCore" "$RES/vllm_check.log" | tail -n 30
+if want codec; then
+  say "codec decoder throughput by preset, batch and precision"
+  "$PY" -m bench.codec_throughput --batches "$CODEC_BATCHES" --out "$RES" > "$RES/codec_throughput.log" 2>&1
+  grep -E '"batch": (1|64|128)[,}]' "$RES/codec_throughput.log" | cut -c1-200
 fi
-[ -f "$RES/talker_vllm_check.json" ] && cat "$RES/talker_vllm_check.json"
 
-if [ -n "$STEP_BATCHES" ]; then
+if want sampler; then
+  say "sampler step, eager vs graph"
+  "$PY" -m bench.talker_sampler_step --batches "$SAMPLER_BATCHES" --iters 200 --out "$RES" \
+    > "$RES/sampler_step.log" 2>&1
+  tail -n 6 "$RES/sampler_step.log" | sed 's/"gpu_ms".*"whole_step"/... "whole_step"/'
+fi
+
+if want rows; then
+  say "rows under graphs vs eager vs the reference (tiny checkpoint)"
+  if "$PY" -m bench.talker_vllm_check --out "$RES" > "$RES/vllm_check.log" 2>&1; then
+    say "graphs equal eager: the gateway keeps the sampler graphs"
+    : > "$WORK/gateway.env"
+  else
+    say "graphs differ from eager (or the check failed): the gateway runs the sampler eagerly"
+    echo "SPEECH_GATEWAY_SAMPLER_GRAPHS=0" > "$WORK/gateway.env"
+    grep -v "^INFO\|^(EngineCore" "$RES/vllm_check.log" | tail -n 30
+  fi
+  [ -f "$RES/talker_vllm_check.json" ] && tr -d ' \n' < "$RES/talker_vllm_check.json" && echo
+fi
+touch "$WORK/gateway.env"
+
+if want step && [ -n "$STEP_BATCHES" ]; then
   say "talker decode step at real size"
   # shellcheck disable=SC2046  # the env file holds KEY=VALUE words
   env $(cat "$WORK/gateway.env") "$PY" -m bench.talker_step --models higgs --batches "$STEP_BATCHES" \
@@ -64,5 +73,5 @@ say "sampler graph messages from the engines (captured / failed):"
 grep -h "code sampler" "$RES"/*.log | sed 's/.*\(captured the code sampler\|capturing the code sampler failed\)/\1/' \
   | cut -c1-200 | sort | uniq -c | head -n 5
 cp "$RES"/*.json "$OUT"/ 2>/dev/null
-tar -czf "$OUT/talker_checks.tar.gz" -C "$WORK" talker_checks
+tar -czf "$OUT/talker_checks_${CHECKS//,/_}.tar.gz" -C "$WORK" talker_checks
 say "done"

@@ -20,6 +20,7 @@ import numpy as np
 
 from gateway.context_stats import ENGINE_STAGES as ENGINE_STAGES
 from gateway.context_stats import ContextStats
+from gateway.engine_wait import next_chunk_or_stall
 from gateway.outbound import (
     OutAudio,
     Outbound,
@@ -294,25 +295,10 @@ class ContextWorker:
         return chunk
 
     async def _await_engine(self, stream: AsyncIterator[np.ndarray], request_id: str) -> np.ndarray:
-        """The next chunk, or ``EngineError`` when the engine stalls.
-
-        A stalled request is aborted first and only then abandoned, so the
-        engine hears about it the way it hears about a cancel.
-        """
-        pending = asyncio.ensure_future(anext(stream))
-        try:
-            done, _ = await asyncio.wait({pending}, timeout=self._stall_timeout_s)
-        except asyncio.CancelledError:
-            pending.cancel()
-            raise
-        if not done:
-            await self._engine.abort(request_id)
-            pending.cancel()
-            await asyncio.gather(pending, return_exceptions=True)
-            raise EngineError(
-                f"no audio from the engine for {self._stall_timeout_s:g} s; request aborted"
-            )
-        return pending.result()
+        """The next chunk, or ``EngineError`` (aborted first) when the engine stalls."""
+        return await next_chunk_or_stall(
+            stream, self._stall_timeout_s, lambda: self._engine.abort(request_id)
+        )
 
     async def _respect_lead(self) -> None:
         """Wait while generated audio is more than ``max_lead_s`` ahead of playback."""

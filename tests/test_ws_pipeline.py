@@ -240,3 +240,31 @@ def test_a_stalled_engine_fails_the_context_and_is_aborted() -> None:
     (request,) = engine.log.requests
     assert engine.log.aborted == [request.request_id] == engine.log.stopped
     assert engine.log.abandoned == []
+
+
+def test_a_stalled_engine_is_aborted_then_the_context_fails() -> None:
+    # First chunk at once, the next one 2 s later: past the 0.2 s stall limit.
+    engine = FakeEngine(chunk_samples=960, realtime_factor=50.0)
+    app = fake_app(engine, engine_stall_timeout_s=0.2)
+    frames: list[bytes] = []
+    events: list[dict[str, Any]] = []
+    with TestClient(app) as client, client.websocket_connect("/v1/realtime") as ws:
+        read_until(ws, "session.created", frames)
+        ws.send_text(json.dumps({"type": "text.append", "context_id": "c", "text": "Stalls. "}))
+        started = time.perf_counter()
+        while not events or events[-1]["type"] != "context.done":
+            message = ws.receive()
+            if message.get("bytes") is not None:
+                frames.append(message["bytes"])
+            else:
+                events.append(json.loads(message["text"]))
+        elapsed = time.perf_counter() - started
+    error = next(e for e in events if e["type"] == "error")
+    assert error["error"]["code"] == "engine_error"
+    assert "no audio from the engine" in error["error"]["message"]
+    assert events[-1]["status"] == "failed"
+    assert len(frames) == 2  # the first chunk (40 ms) went out before the stall
+    assert elapsed < 1.5  # failed at the stall limit, not when the engine woke up
+    assert engine.log.aborted == [engine.log.requests[0].request_id]
+    assert engine.log.stopped == engine.log.aborted  # aborted first, not abandoned
+    assert engine.log.abandoned == []

@@ -163,7 +163,9 @@ class FakeEngine:
             await asyncio.sleep(0)
             return event.is_set()
         try:
-            await asyncio.wait_for(event.wait(), seconds)
+            # A timeout scope, not wait_for: no extra task per chunk under load runs.
+            async with asyncio.timeout(seconds):
+                await event.wait()
         except TimeoutError:
             return False
         return True

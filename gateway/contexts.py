@@ -10,7 +10,6 @@ A failure ends only this context: an ``error`` then ``context.done{failed}``.
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 import math
 import time
@@ -28,15 +27,14 @@ from gateway.outbound import (
     OutEvent,
 )
 from gateway.protocol import (
-    AudioDelta,
     ErrorCode,
     ErrorDetail,
     SegmentDone,
     SegmentStarted,
     TextFlushed,
-    dump_event,
     pack_audio_frame,
 )
+from gateway.protocol_audio_delta import AudioDeltaWriter
 from gateway.session import EndContext, Flush, OpenContext, Speak, error_event
 from realtime_engine.audio.encoder import AudioEncoder, EncodedFrame
 from realtime_engine.engines.base import (
@@ -116,6 +114,7 @@ class ContextWorker:
         self._inbox: asyncio.Queue[Speak | Flush | EndContext] = asyncio.Queue()
         out = spec.config.output
         self._binary = spec.config.audio_transport == "binary"
+        self._deltas = AudioDeltaWriter(spec.context_id)
         self._out_rate = out.sample_rate
         self._encoder = self._new_encoder()
         self._seq = 0
@@ -334,14 +333,7 @@ class ContextWorker:
             if self._binary:
                 data = pack_audio_frame(self.stream, self._seq, pts_ms, frame.payload)
             else:
-                data = dump_event(
-                    AudioDelta(
-                        context_id=self.context_id,
-                        seq=self._seq,
-                        pts_ms=pts_ms,
-                        audio=base64.b64encode(frame.payload).decode(),
-                    )
-                )
+                data = self._deltas.event(self._seq, pts_ms, frame.payload)
             self._seq += 1
             await self._out.put(OutAudio(self, data, duration_ms))
 

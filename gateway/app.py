@@ -17,12 +17,11 @@ import logging
 import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
@@ -44,9 +43,9 @@ from gateway.protocol import (
 from gateway.segmenting import default_segmenter_factory
 from gateway.settings import GatewaySettings
 from gateway.state import GatewayState, VoiceRegistry
+from gateway.web_demo import demo_routes, find_demo_dir
 from realtime_engine.engines.base import SpeechEngine
 
-STATIC_DIR = Path(__file__).parent / "static"
 log = logging.getLogger("gateway")
 
 
@@ -116,7 +115,7 @@ def create_app(
         Route("/ready", _ready),
         Route("/metrics", _metrics),
         Route("/v1/tokens", _tokens, methods=["POST"]),
-        Route("/", _index),
+        *demo_routes(_FALLBACK_PAGE, find_demo_dir()),
         *_http_routes(state),
     ]
     app = Starlette(routes=routes, lifespan=lifespan)
@@ -229,13 +228,6 @@ _FALLBACK_PAGE = """<!doctype html><meta charset="utf-8"><title>Speech gateway</
 <p>WebSocket: <code>/v1/realtime</code> (subprotocol <code>speech.v1</code>).
 HTTP: <code>POST /v1/audio/speech</code>. Health: <a href="/health">/health</a>,
 <a href="/ready">/ready</a>, <a href="/metrics">/metrics</a>.</p>"""
-
-
-async def _index(request: Request) -> Response:
-    page = STATIC_DIR / "index.html"
-    if page.is_file():
-        return HTMLResponse(page.read_text(encoding="utf-8"))
-    return HTMLResponse(_FALLBACK_PAGE)
 
 
 # --------------------------------------------------------------------------- WebSocket

@@ -1,0 +1,208 @@
+// Gapless playback of streamed audio: decoded chunks are scheduled back to back
+// on the AudioContext clock. A small jitter buffer delays the start of each
+// stream so that uneven arrivals do not become gaps; a chunk that arrives after
+// its slot has already passed is an underrun (audible gap) and re-primes it.
+//
+// Decoding: PCM and mu-law in JavaScript; Opus through WebCodecs' AudioDecoder
+// (one Opus packet per frame, as the protocol sends them).
+
+/** s16 little-endian bytes -> float samples. */
+export function decodePcm16(bytes) {
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const out = new Float32Array(bytes.byteLength >> 1);
+  for (let i = 0; i < out.length; i++) out[i] = view.getInt16(2 * i, true) / 32768;
+  return out;
+}
+
+/** f32 little-endian bytes -> float samples. */
+export function decodePcmF32(bytes) {
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const out = new Float32Array(bytes.byteLength >> 2);
+  for (let i = 0; i < out.length; i++) out[i] = view.getFloat32(4 * i, true);
+  return out;
+}
+
+/** G.711 mu-law bytes -> float samples. */
+export function decodeMulaw(bytes) {
+  const out = new Float32Array(bytes.length);
+  for (let i = 0; i < bytes.length; i++) {
+    const u = ~bytes[i] & 0xff;
+    const magnitude = ((((u & 0x0f) << 3) + 0x84) << ((u & 0x70) >> 4)) - 0x84;
+    out[i] = (u & 0x80 ? -magnitude : magnitude) / 32768;
+  }
+  return out;
+}
+
+const PCM_DECODERS = { pcm16: decodePcm16, pcm_f32: decodePcmF32, mulaw: decodeMulaw };
+
+/** Whether this browser can decode the server's Opus packets (WebCodecs). */
+export async function opusSupported(sampleRate = 48000) {
+  if (typeof AudioDecoder === "undefined") return false;
+  try {
+    const { supported } = await AudioDecoder.isConfigSupported({
+      codec: "opus",
+      sampleRate,
+      numberOfChannels: 1,
+    });
+    return Boolean(supported);
+  } catch {
+    return false;
+  }
+}
+
+/** Opus packets in, float samples out (asynchronously, in order) through `onSamples`. */
+class OpusStreamDecoder {
+  constructor(sampleRate, onSamples, onError) {
+    this.decoder = new AudioDecoder({
+      output: (data) => {
+        const samples = new Float32Array(data.numberOfFrames);
+        data.copyTo(samples, { planeIndex: 0, format: "f32-planar" });
+        onSamples(samples, data.sampleRate);
+        data.close();
+      },
+      error: onError,
+    });
+    this.config = { codec: "opus", sampleRate, numberOfChannels: 1 };
+    this.decoder.configure(this.config);
+  }
+
+  /** Resolves once every packet given so far has come out. */
+  flush() {
+    return this.decoder.state === "configured" ? this.decoder.flush() : Promise.resolve();
+  }
+
+  /** Drop packets still being decoded (their output never arrives). */
+  reset() {
+    if (this.decoder.state === "closed") return;
+    this.decoder.reset();
+    this.decoder.configure(this.config);
+  }
+
+  decode(payload, ptsMs) {
+    // Every Opus packet decodes on its own: each chunk is a key chunk.
+    this.decoder.decode(
+      new EncodedAudioChunk({ type: "key", timestamp: ptsMs * 1000, data: payload }),
+    );
+  }
+
+  close() {
+    if (this.decoder.state !== "closed") this.decoder.close();
+  }
+}
+
+export class StreamPlayer {
+  /**
+   * @param {object} options
+   * @param {string} options.format   one of the protocol's AUDIO_FORMATS
+   * @param {number} options.sampleRate  the session's output sample rate
+   * @param {number} options.jitterMs  how much audio to hold before a stream starts
+   */
+  constructor({ format, sampleRate, jitterMs = 60 }) {
+    this.format = format;
+    this.sampleRate = sampleRate;
+    this.jitterS = jitterMs / 1000;
+    this.audio = null;
+    this.opus = null;
+    this.sources = new Set();
+    this.nextTime = 0; // AudioContext time where the next chunk starts
+    this.playing = false; // a stream is being scheduled
+    this.underruns = 0;
+    this.scheduledS = 0; // seconds of audio scheduled since resetCounters()
+    this.onFirstSound = null; // (contextTime) => void, once per stream
+    this.onError = null;
+  }
+
+  /** Create the AudioContext; call it from a user gesture (browser autoplay rules). */
+  async start() {
+    if (!this.audio) this.audio = new AudioContext({ latencyHint: "interactive" });
+    if (this.audio.state === "suspended") await this.audio.resume();
+    if (this.format === "opus" && !this.opus) {
+      this.opus = new OpusStreamDecoder(
+        this.sampleRate,
+        (samples, rate) => this._schedule(samples, rate),
+        (error) => this.onError?.(error),
+      );
+    }
+  }
+
+  /** One frame's payload (Uint8Array) in the player's format. */
+  push(payload, ptsMs) {
+    if (this.format === "opus") {
+      this.opus.decode(payload, ptsMs);
+      return;
+    }
+    const decode = PCM_DECODERS[this.format];
+    if (!decode) throw new Error(`cannot play format ${this.format}`);
+    this._schedule(decode(payload), this.sampleRate);
+  }
+
+  /** Seconds of audio scheduled but not yet heard. */
+  bufferedS() {
+    if (!this.audio) return 0;
+    return Math.max(0, this.nextTime - this.audio.currentTime);
+  }
+
+  /** The current stream has no more audio: the next chunk starts a new stream. */
+  async endOfStream() {
+    try {
+      if (this.opus) await this.opus.flush(); // its last packets are still being decoded
+    } catch (error) {
+      if (error.name !== "AbortError") throw error; // AbortError: a barge-in dropped them
+    }
+    this.playing = false;
+  }
+
+  /** Stop at once and drop everything scheduled (barge-in). */
+  stop() {
+    for (const source of this.sources) {
+      try {
+        source.stop();
+      } catch {
+        // a source that already ended cannot be stopped again; nothing to drop
+      }
+    }
+    this.sources.clear();
+    this.opus?.reset();
+    this.nextTime = 0;
+    this.playing = false;
+  }
+
+  /** Zero the counters of a new utterance (audio already scheduled keeps playing). */
+  resetCounters() {
+    this.underruns = 0;
+    this.scheduledS = 0;
+  }
+
+  async close() {
+    this.stop();
+    this.opus?.close();
+    this.opus = null;
+    if (this.audio) await this.audio.close();
+    this.audio = null;
+  }
+
+  _schedule(samples, rate) {
+    if (!this.audio || samples.length === 0) return;
+    const now = this.audio.currentTime;
+    if (!this.playing) {
+      // A new stream: start after the jitter buffer (or right after earlier audio).
+      this.nextTime = Math.max(this.nextTime, now + this.jitterS);
+      this.playing = true;
+      const startsAt = this.nextTime;
+      if (this.onFirstSound) this.onFirstSound(startsAt);
+    } else if (this.nextTime < now) {
+      this.underruns += 1; // the chunk came after its slot: the listener heard a gap
+      this.nextTime = now + this.jitterS;
+    }
+    const buffer = this.audio.createBuffer(1, samples.length, rate);
+    buffer.copyToChannel(samples, 0);
+    const source = this.audio.createBufferSource();
+    source.buffer = buffer;
+    source.connect(this.audio.destination);
+    source.onended = () => this.sources.delete(source);
+    source.start(this.nextTime);
+    this.sources.add(source);
+    this.nextTime += buffer.duration;
+    this.scheduledS += buffer.duration;
+  }
+}

@@ -189,10 +189,12 @@ async def _sample_usage(
     me = psutil.Process()
     me.cpu_percent(None)
     last_t, last_wait = time.perf_counter(), runqueue_wait_s(proc.pid)
+    last_loop = main_thread_cpu_s(proc)
     while not stop.is_set():
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), 1.0)
         now, wait = time.perf_counter(), runqueue_wait_s(proc.pid)
+        loop_cpu = main_thread_cpu_s(proc)
         sample = {
             "t": now,
             "server_cpu_pct": proc.cpu_percent(None),
@@ -202,8 +204,22 @@ async def _sample_usage(
         if wait is not None and last_wait is not None:
             # time the gateway's threads were ready to run but waited for a core
             sample["server_runqueue_wait_pct"] = (wait - last_wait) / (now - last_t) * 100.0
-        last_t, last_wait = now, wait
+        if loop_cpu is not None and last_loop is not None:
+            # the event loop's thread alone: the one core a gateway process cannot spread
+            sample["server_loop_cpu_pct"] = (loop_cpu - last_loop) / (now - last_t) * 100.0
+        last_t, last_wait, last_loop = now, wait, loop_cpu
         samples.append(sample)
+
+
+def main_thread_cpu_s(proc: psutil.Process) -> float | None:
+    """CPU seconds of the process's main thread (the gateway's event loop)."""
+    try:
+        for thread in proc.threads():
+            if thread.id == proc.pid:
+                return float(thread.user_time + thread.system_time)
+    except psutil.Error:
+        return None
+    return None
 
 
 def runqueue_wait_s(pid: int) -> float | None:
@@ -278,6 +294,9 @@ async def run_overhead(
     throughput = audio_s / cfg.duration_s
     server_cpu = summarize([u["server_cpu_pct"] for u in in_window], 1)
     client_cpu = summarize([u["client_cpu_pct"] for u in in_window], 1)
+    loop_cpu = summarize(
+        [u["server_loop_cpu_pct"] for u in in_window if "server_loop_cpu_pct" in u], 1
+    )
     return {
         "meta": {
             "kind": "overhead",
@@ -297,6 +316,7 @@ async def run_overhead(
         # CPU cost of delivering audio: core-seconds per second of audio, the number that
         # survives a busy machine (a starved process delivers less but costs the same)
         "server_cpu_ms_per_audio_s": _cost(server_cpu, throughput),
+        "server_loop_cpu_ms_per_audio_s": _cost(loop_cpu, throughput),
         "client_cpu_ms_per_audio_s": _cost(client_cpu, throughput),
         "lateness_ms": summarize([x * 1000 for x in late], 2),
         "chunk_first_frame_lateness_ms": summarize([x * 1000 for x in first_late], 2),
@@ -306,6 +326,7 @@ async def run_overhead(
         "server_ttfa_ms": summarize([t.server_ttfa_ms for t in ok], 2),
         "server_cpu_pct": server_cpu,
         "server_rss_mb": summarize([u["server_rss_mb"] for u in in_window], 1),
+        "server_loop_cpu_pct": loop_cpu,
         "client_cpu_pct": client_cpu,
         "server_runqueue_wait_pct": summarize(
             [u["server_runqueue_wait_pct"] for u in in_window if "server_runqueue_wait_pct" in u],
@@ -342,7 +363,8 @@ def summary_line(result: dict[str, Any]) -> str:
         f"{result['contexts_ok']}/{result['contexts_measured']} contexts ok, frame lateness "
         f"p50 {late.get('p50')} p99 {late.get('p99')} max {late.get('max')} ms, "
         f"gateway CPU mean {cpu.get('mean')} % "
-        f"({result['server_cpu_ms_per_audio_s']} ms per audio second), "
+        f"({result['server_cpu_ms_per_audio_s']} ms per audio second, "
+        f"{result.get('server_loop_cpu_ms_per_audio_s')} ms of it on the event loop thread), "
         f"{result['audio_s_per_s']} audio-s/s, RSS max {rss.get('max')} MB, "
         f"waiting for a core {result['server_runqueue_wait_pct'].get('mean')} % of the time"
     )

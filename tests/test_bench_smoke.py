@@ -159,6 +159,8 @@ def test_overhead_run_measures_lateness(tmp_path: Path) -> None:
         "0.5",
         "--engine-rtf",
         "0.2",  # ~1 s per context: new contexts start inside the window
+        "--frame-ms",
+        "40",
         "--out",
         str(tmp_path),
         "--no-progress",
@@ -176,4 +178,10 @@ def test_overhead_run_measures_lateness(tmp_path: Path) -> None:
     # 4 sessions at 5x real time deliver at most 20 audio-s/s
     assert 0 < result["audio_s_per_s"] <= 4 / 0.2 * 1.05
     assert result["server_cpu_ms_per_audio_s"] > 0
+    # the event loop's thread is a part of the process
+    loop_ms = result["server_loop_cpu_ms_per_audio_s"]
+    assert 0 < loop_ms <= result["server_cpu_ms_per_audio_s"] * 1.2
+    # 40 ms frames asked for (a segment's last PCM frame may be shorter)
+    audio_ms = result["audio_s_per_s"] * 2.0 * 1000
+    assert 30 <= audio_ms / result["frames_in_window"] <= 40.01
     assert (tmp_path / "overhead_lateness.png").read_bytes()[:4] == b"\x89PNG"

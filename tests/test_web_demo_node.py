@@ -1,0 +1,203 @@
+"""The demo's own client.js and player.js against a real gateway, run by Node.
+
+Browsers are not available here; Node (20+, with its WebSocket) runs the same
+ES modules the page loads: connect, session.update, a context spoken with a
+flush, a barge-in, the voice list, and PCM decoding of the frames.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gateway.protocol import NATIVE_SAMPLE_RATE, pack_audio_frame
+from realtime_engine.audio.pcm import mulaw_to_s16
+from tests.gateway_support import fake_app, serve
+
+DEMO = Path(__file__).resolve().parent.parent / "web_demo"
+NODE = shutil.which("node")
+
+
+def _node_supports_websocket() -> bool:
+    if NODE is None:
+        return False
+    probe = subprocess.run(
+        [
+            NODE,
+            "--experimental-websocket",
+            "-e",
+            "process.exit(typeof WebSocket === 'function' ? 0 : 1)",
+        ],
+        capture_output=True,
+        timeout=30,
+    )
+    return probe.returncode == 0
+
+
+pytestmark = pytest.mark.skipif(
+    not _node_supports_websocket(), reason="needs Node 20+ (a JavaScript runtime with WebSocket)"
+)
+
+SCRIPT = r"""
+const [base, demo] = process.argv.slice(2);
+const { SpeechClient, realtimeUrl, listVoices } = await import(`${demo}/client.js`);
+const { decodePcm16 } = await import(`${demo}/player.js`);
+const nodeFetch = globalThis.fetch;
+globalThis.fetch = (url, init) => nodeFetch(new URL(url, base), init); // the page's relative URLs
+const once = (target, name) => new Promise((resolve) => {
+  target.addEventListener(name, (e) => resolve(e.detail), { once: true });
+});
+
+const voices = await listVoices();
+const page = new URL(base);
+const client = new SpeechClient(realtimeUrl({ protocol: page.protocol, host: page.host }));
+const { session: created } = await client.connect();
+const session = await client.updateSession({
+  output: { format: "pcm16" },
+  latency_preset: "latency",
+});
+
+const audio = {};
+client.addEventListener("audio", (e) => {
+  const { contextId, seq, payload } = e.detail;
+  const entry = (audio[contextId] ??= { frames: 0, samples: 0, seqs: [] });
+  entry.frames += 1;
+  entry.samples += decodePcm16(payload).length;
+  entry.seqs.push(seq);
+});
+const flushed = once(client, "text.flushed");
+const done = once(client, "context.done");
+const first = client.context("first");
+first.append("Hello there. ");
+first.flush("f1");
+first.append("Goodbye now.");
+first.end();
+const flushedEvent = await flushed;
+const doneEvent = await done;
+
+const second = client.context("second");
+const cancelled = once(client, "context.cancelled");
+await new Promise((resolve) => {
+  client.addEventListener("audio", (e) => e.detail.contextId === "second" && resolve());
+  second.append("A long sentence that will be interrupted before it ends. ".repeat(20));
+});
+second.cancel();
+const cancelledEvent = await cancelled;
+let rejected = null;
+try {
+  await client.updateSession({ voice: "no-such-voice" });
+} catch (error) {
+  rejected = error.error;
+}
+const closed = once(client, "close");
+client.close();
+console.log(JSON.stringify({
+  voices: voices.map((v) => v.voice_id), created, session, audio, flushedEvent, doneEvent,
+  cancelledEvent, rejected, closed: await closed,
+}));
+"""
+
+
+DECODE_SCRIPT = r"""
+const [demo, input] = process.argv.slice(2);
+const { parseAudioFrame } = await import(`${demo}/client.js`);
+const { decodeMulaw, decodePcm16, decodePcmF32 } = await import(`${demo}/player.js`);
+const bytes = (hex) => Uint8Array.from(Buffer.from(hex, "hex"));
+const cases = JSON.parse(input);
+const frame = bytes(cases.frame);
+const parsed = parseAudioFrame(frame.buffer); // a fresh array: its buffer is the frame
+console.log(JSON.stringify({
+  mulaw: Array.from(decodeMulaw(bytes(cases.mulaw))),
+  pcm16: Array.from(decodePcm16(bytes(cases.pcm16))),
+  pcm_f32: Array.from(decodePcmF32(bytes(cases.pcm_f32))),
+  frame: { ...parsed, payload: Buffer.from(parsed.payload).toString("hex") },
+}));
+"""
+
+
+async def _run_node(script_text: str, tmp_path: Path, *args: str) -> dict[str, Any]:
+    assert NODE is not None
+    script = tmp_path / "script.mjs"
+    script.write_text(script_text)
+    process = await asyncio.create_subprocess_exec(
+        NODE,
+        "--experimental-websocket",
+        "--experimental-default-type=module",
+        "--no-warnings",
+        str(script),
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 0, err.decode()
+    result: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
+    return result
+
+
+async def test_the_demo_client_speaks_flushes_and_barges_in(tmp_path: Path) -> None:
+    async with serve(fake_app()) as ws_url:
+        base_url = ws_url.replace("ws://", "http://")
+        result = await _run_node(SCRIPT, tmp_path, base_url, DEMO.as_uri())
+
+    assert "default" in result["voices"]
+    assert result["created"]["output"]["format"] == "opus"
+    assert result["session"]["output"] == {
+        "format": "pcm16",
+        "sample_rate": NATIVE_SAMPLE_RATE,
+        "frame_ms": 20,
+    }
+    assert result["session"]["latency_preset"] == "latency"
+
+    first = result["audio"]["first"]
+    assert first["seqs"] == list(range(first["frames"]))
+    assert first["frames"] > 0
+    # Every sample the server counted reached the page's decoder.
+    done = result["doneEvent"]
+    assert done["context_id"] == "first" and done["status"] == "completed"
+    assert done["audio_ms"] == first["samples"] * 1000 // NATIVE_SAMPLE_RATE
+    assert result["flushedEvent"]["context_id"] == "first"
+    assert result["flushedEvent"]["flush_id"] == "f1"
+
+    cancelled = result["cancelledEvent"]
+    assert cancelled["context_id"] == "second"
+    second = result["audio"]["second"]
+    assert cancelled["audio_ms_sent"] == second["samples"] * 1000 // NATIVE_SAMPLE_RATE
+    assert cancelled["text_spoken"] + cancelled["text_unspoken"] == (
+        "A long sentence that will be interrupted before it ends. " * 20
+    )
+
+    assert result["rejected"]["code"] == "voice_not_found"
+    assert result["closed"]["code"] == 1000
+
+
+async def test_the_demo_decoders_match_the_server_encodings(tmp_path: Path) -> None:
+    rng = np.random.default_rng(7)
+    codes = np.arange(256, dtype=np.uint8)
+    s16 = rng.integers(-32768, 32768, size=64, dtype=np.int16)
+    f32 = rng.uniform(-1, 1, size=64).astype(np.float32)
+    frame = pack_audio_frame(stream=65535, seq=2**32 - 1, pts_ms=123_456, payload=b"\x01\x02")
+    cases = {
+        "mulaw": codes.tobytes().hex(),
+        "pcm16": s16.astype("<i2").tobytes().hex(),
+        "pcm_f32": f32.astype("<f4").tobytes().hex(),
+        "frame": frame.hex(),
+    }
+    result = await _run_node(DECODE_SCRIPT, tmp_path, DEMO.as_uri(), json.dumps(cases))
+
+    assert np.array_equal(np.array(result["mulaw"]) * 32768, mulaw_to_s16(codes))
+    assert np.array_equal(np.array(result["pcm16"]) * 32768, s16)
+    assert np.array_equal(np.array(result["pcm_f32"], dtype=np.float32), f32)
+    assert result["frame"] == {
+        "stream": 65535,
+        "seq": 2**32 - 1,
+        "ptsMs": 123_456,
+        "payload": "0102",
+    }

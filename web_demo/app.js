@@ -2,7 +2,7 @@
 // token like an LLM), play the audio as it streams, and show what happened.
 
 import { listVoices, mintToken, realtimeUrl, SpeechClient } from "./client.js";
-import { opusSupported, StreamPlayer } from "./player.js";
+import { opusSupported, StreamPlayer, unlockAudio } from "./player.js";
 import {
   AUDIO_FORMATS,
   CONTEXT_METRICS,
@@ -118,7 +118,7 @@ async function applySettings() {
     output: await chosenOutput(),
   };
   ui.session = await ui.client.updateSession(patch);
-  await ui.player?.close();
+  ui.player?.close();
   ui.player = new StreamPlayer({
     format: ui.session.output.format,
     sampleRate: ui.session.output.sample_rate,
@@ -143,6 +143,7 @@ async function connect(event) {
   event.preventDefault();
   setStatus("connecting…", "idle");
   try {
+    await unlockAudio();
     const apiKey = $("api-key").value.trim();
     // The key stays in this page: the socket URL only ever carries a short-lived token.
     const token = apiKey ? await mintToken(apiKey) : null;
@@ -240,9 +241,10 @@ function stopLlm() {
 async function speak(asLlm) {
   const text = $("text").value;
   if (!text.trim() || ui.client === null) return;
+  await unlockAudio(); // before any network wait: browsers start audio only in a gesture
   if (ui.context !== null) bargeIn();
   if (ui.settingsDirty) await applySettings();
-  await ui.player.start(); // inside the click: browsers only start audio on a gesture
+  await ui.player.start();
   const context = startContext();
   ui.firstTextAt = performance.now();
   if (!asLlm) {

@@ -35,6 +35,17 @@ export function decodeMulaw(bytes) {
 
 const PCM_DECODERS = { pcm16: decodePcm16, pcm_f32: decodePcmF32, mulaw: decodeMulaw };
 
+// One AudioContext for the page: browsers allow a context to start only inside a
+// user gesture, so it is made once (on the first click) and outlives players.
+let sharedAudio = null;
+
+/** The page's AudioContext, started; call it first thing in a click handler. */
+export async function unlockAudio() {
+  if (sharedAudio === null) sharedAudio = new AudioContext({ latencyHint: "interactive" });
+  if (sharedAudio.state === "suspended") await sharedAudio.resume();
+  return sharedAudio;
+}
+
 /** Whether this browser can decode the server's Opus packets (WebCodecs). */
 export async function opusSupported(sampleRate = 48000) {
   if (typeof AudioDecoder === "undefined") return false;
@@ -114,8 +125,7 @@ export class StreamPlayer {
 
   /** Create the AudioContext; call it from a user gesture (browser autoplay rules). */
   async start() {
-    if (!this.audio) this.audio = new AudioContext({ latencyHint: "interactive" });
-    if (this.audio.state === "suspended") await this.audio.resume();
+    this.audio = await unlockAudio();
     if (this.format === "opus" && !this.opus) {
       this.opus = new OpusStreamDecoder(
         this.sampleRate,
@@ -173,12 +183,11 @@ export class StreamPlayer {
     this.scheduledS = 0;
   }
 
-  async close() {
+  close() {
     this.stop();
     this.opus?.close();
     this.opus = null;
-    if (this.audio) await this.audio.close();
-    this.audio = null;
+    this.audio = null; // the page's AudioContext stays for the next player
   }
 
   _schedule(samples, rate) {

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gateway.protocol import NATIVE_SAMPLE_RATE, pack_audio_frame
+from gateway.protocol import NATIVE_SAMPLE_RATE, ContextMetrics, pack_audio_frame
 from realtime_engine.audio.pcm import mulaw_to_s16
 from tests.gateway_support import fake_app, serve
 
@@ -201,3 +202,120 @@ async def test_the_demo_decoders_match_the_server_encodings(tmp_path: Path) -> N
         "ptsMs": 123_456,
         "payload": "0102",
     }
+
+
+# A page stand-in: just the DOM and Web Audio surface app.js touches, with an
+# AudioContext whose clock is the wall clock. It records what the page shows.
+PAGE_SCRIPT = r"""
+const [base, demo, ids] = process.argv.slice(2);
+const nodeFetch = globalThis.fetch;
+globalThis.fetch = (url, init) => nodeFetch(new URL(url, base), init);
+const page = new URL(base);
+globalThis.location = { protocol: page.protocol, host: page.host };
+
+class Element {
+  constructor(tag) {
+    this.tagName = tag; this.children = []; this.listeners = {}; this.textContent = "";
+    this.className = ""; this.disabled = false; this._value = ""; this.width = 560;
+    this.height = 120; this.tBodies = tag === "table" ? [new Element("tbody")] : [];
+  }
+  get value() {
+    if (this.tagName !== "select") return this._value;
+    return (this.children.find((o) => o.selected) ?? this.children[0])?._value ?? "";
+  }
+  set value(v) {
+    if (this.tagName !== "select") { this._value = v; return; }
+    for (const o of this.children) o.selected = o._value === String(v);
+  }
+  get lastChild() { return this.children[this.children.length - 1]; }
+  append(...nodes) { this.children.push(...nodes); }
+  prepend(...nodes) { this.children.unshift(...nodes); }
+  replaceChildren(...nodes) { this.children = nodes; }
+  remove() { this.parent?.children.splice(this.parent.children.indexOf(this), 1); }
+  addEventListener(name, fn) { (this.listeners[name] ??= []).push(fn); }
+  fire(name) { for (const fn of this.listeners[name] ?? []) fn({ preventDefault() {} }); }
+  getContext() { return new Proxy({}, { get: () => () => {}, set: () => true }); }
+}
+const elements = Object.fromEntries(JSON.parse(ids).map(([id, tag]) => [id, new Element(tag)]));
+elements.log.prepend = function (...nodes) {
+  for (const n of nodes) n.parent = this;
+  this.children.unshift(...nodes);
+};
+elements.text._value = "Hello there. This is a test of the playground. Goodbye.";
+elements.jitter._value = "60";
+elements["token-rate"]._value = "200";
+globalThis.document = {
+  getElementById: (id) => elements[id],
+  createElement: (tag) => new Element(tag),
+};
+globalThis.Option = function (label, value) {
+  const o = new Element("option"); o.textContent = label; o._value = value; o.selected = false;
+  return o;
+};
+globalThis.requestAnimationFrame = (fn) => setTimeout(() => fn(performance.now()), 16);
+const started = performance.now();
+globalThis.AudioContext = class {
+  constructor() { this.state = "running"; this.destination = {}; this.scheduled = 0; }
+  get currentTime() { return (performance.now() - started) / 1000; }
+  async resume() {}
+  createBuffer(channels, length, rate) {
+    return { duration: length / rate, copyToChannel() {} };
+  }
+  createBufferSource() {
+    return { connect() {}, start: () => { this.scheduled += 1; }, stop() {} };
+  }
+};
+
+const until = async (what, check) => {
+  for (let i = 0; i < 500; i++) {
+    if (check()) return;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+};
+const logText = () => elements.log.children.map((li) => li.textContent);
+const errors = () => elements.log.children.filter((li) => li.className === "error");
+
+await import(`${demo}/app.js`);
+elements["connect-form"].fire("submit");
+await until("connected", () => elements.status.className === "status live");
+elements.speak.fire("click");
+await until("metrics", () => elements.metrics.tBodies[0].children.length > 0);
+const afterSpeak = {
+  ttfa: elements.ttfa.textContent,
+  frames: Number(elements.frames.textContent),
+  metrics: elements.metrics.tBodies[0].children.map((row) => row.children[0].textContent),
+};
+elements.stream.fire("click");
+const turnStarted = (turn) => (line) => line.includes(`segment.started {"context_id":"${turn}"`);
+await until("streamed audio", () => logText().some(turnStarted("turn-2")));
+elements.cancel.fire("click");
+await until("cancelled", () => logText().some((line) => line.includes("context.cancelled")));
+const cancelDisabled = elements.cancel.disabled;
+elements.disconnect.fire("click");
+await until("closed", () => elements.status.textContent.startsWith("closed"));
+console.log(JSON.stringify({
+  afterSpeak, cancelDisabled, log: logText(), errors: errors().map((e) => e.textContent),
+  format: elements.format.value, status: elements.status.textContent,
+}));
+process.exit(0);
+"""
+
+
+async def test_the_page_connects_speaks_streams_and_barges_in(tmp_path: Path) -> None:
+    html = (DEMO / "index.html").read_text(encoding="utf-8")
+    ids = re.findall(r"<(\w+)[^>]*\bid=\"([^\"]+)\"", html)
+    elements = json.dumps([[element_id, tag] for tag, element_id in ids])
+    async with serve(fake_app()) as ws_url:
+        base_url = ws_url.replace("ws://", "http://")
+        page = await _run_node(PAGE_SCRIPT, tmp_path, base_url, DEMO.as_uri(), elements)
+
+    assert page["errors"] == []
+    # Node has no WebCodecs: the page falls back from Opus to PCM by itself.
+    assert page["format"] == "pcm16"
+    assert any("asking for pcm16" in line for line in page["log"])
+    assert re.fullmatch(r"\d+ ms", page["afterSpeak"]["ttfa"])
+    assert page["afterSpeak"]["frames"] > 0
+    assert page["afterSpeak"]["metrics"] == [*ContextMetrics.model_fields, "audio_ms"]
+    assert page["cancelDisabled"] is True
+    assert page["status"].startswith("closed (1000")

@@ -241,10 +241,17 @@ function stopLlm() {
 async function speak(asLlm) {
   const text = $("text").value;
   if (!text.trim() || ui.client === null) return;
-  await unlockAudio(); // before any network wait: browsers start audio only in a gesture
   if (ui.context !== null) bargeIn();
-  if (ui.settingsDirty) await applySettings();
-  await ui.player.start();
+  // Settings may take a round trip: no second utterance may start meanwhile.
+  for (const id of ["speak", "stream"]) $(id).disabled = true;
+  try {
+    await unlockAudio(); // before any network wait: browsers start audio only in a gesture
+    if (ui.settingsDirty) await applySettings();
+    await ui.player.start();
+  } finally {
+    setConnected(ui.client !== null);
+  }
+  if (ui.client === null) return; // the connection closed meanwhile
   const context = startContext();
   ui.firstTextAt = performance.now();
   if (!asLlm) {

@@ -111,7 +111,10 @@ async def test_paths_outside_the_folder_are_refused(tmp_path: Path) -> None:
             assert b"SECRET" not in body and b"nested" not in body, target
 
 
-@given(st.text(max_size=40))
+_NAME_PARTS = st.sampled_from([*(p.name for p in DEMO_FILES), "..", ".", "/", "\\", "%2e", "\x00"])
+
+
+@given(st.one_of(st.text(max_size=40), st.lists(_NAME_PARTS, max_size=4).map("".join)))
 def test_any_name_resolves_inside_the_folder_or_not_at_all(name: str) -> None:
     files = DemoFiles(DEMO)
     path = files.resolve(name)

@@ -19,6 +19,7 @@ COPY pyproject.toml README.md LICENSE ./
 COPY gateway ./gateway
 COPY realtime_engine ./realtime_engine
 COPY bench ./bench
+COPY web_demo ./web_demo
 # torch and vllm come from the base image; pip keeps them as they are.
 RUN python3 -m pip install --no-cache-dir ".[gpu]"
 

@@ -276,3 +276,21 @@ def test_pcm_frames_converted_together_equal_frames_converted_one_by_one(
     one_by_one += single.finish()
     assert [f.payload for f in together] == [f.payload for f in one_by_one]
     assert [f.samples for f in together] == [f.samples for f in one_by_one]
+
+
+@pytest.mark.parametrize("frame_ms", [20, 60])
+def test_opus_packets_equal_the_reference_wrapper_packets(frame_ms: int) -> None:
+    x = speech_like(RATE, 0.7)
+    enc = AudioEncoder("opus", RATE, frame_ms=frame_ms)
+    ours = [f.payload for f in enc.feed(x) + enc.finish()]
+    reference = opuslib_next.Encoder(RATE, 1, "audio")
+    reference.bitrate = OPUS_DEFAULT_BITRATE[RATE]
+    reference.complexity = 5
+    n = enc.frame_samples
+    padded = np.concatenate([x, np.zeros(enc.pre_skip_samples, np.float32)])
+    padded = np.concatenate([padded, np.zeros(-padded.size % n, np.float32)])
+    theirs = [
+        bytes(reference.encode_float(padded[i : i + n].tobytes(), n))
+        for i in range(0, padded.size, n)
+    ]
+    assert ours == theirs

@@ -32,12 +32,14 @@ the output has exactly ``round(n * sample_rate / 24000)`` samples.
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 import opuslib_next
+import opuslib_next.api.encoder
 
 from realtime_engine.audio.errors import AudioEncodeError, AudioFormatError, UnsupportedFormatError
 from realtime_engine.audio.framer import SampleFramer
@@ -54,6 +56,9 @@ PCM_MAX_FRAME_MS = 1000
 OPUS_DEFAULT_BITRATE = {8000: 32000, 16000: 48000, 24000: 64000, 48000: 64000}
 OPUS_MIN_BITRATE, OPUS_MAX_BITRATE = 6000, 510000
 OPUS_COMPLEXITY = 5
+
+_opus_encode_float: Any = opuslib_next.api.encoder.libopus_encode_float
+_FLOAT_POINTER = ctypes.POINTER(ctypes.c_float)
 
 
 @dataclass(frozen=True)
@@ -85,12 +90,29 @@ class _OpusCodec:
         except opuslib_next.OpusError as e:
             raise AudioEncodeError(f"cannot create an Opus encoder: {e}") from e
         self._frame_samples = frame_samples
+        # libopus is called directly with the frame's own memory and one reused
+        # output buffer: the wrapper's per-call copies and allocations hold the
+        # GIL the event loop needs. The packet budget is the wrapper's (the
+        # input's size in bytes), so packets are the same.
+        self._max_bytes = frame_samples * 4
+        self._packet = (ctypes.c_char * self._max_bytes)()
 
     def encode(self, frame: FloatArray) -> bytes:
-        try:
-            return bytes(self._encoder.encode_float(frame.tobytes(), self._frame_samples))
-        except opuslib_next.OpusError as e:
-            raise AudioEncodeError(f"Opus encoding failed: {e}") from e
+        pcm = np.ascontiguousarray(frame, dtype=np.float32)
+        if pcm.size != self._frame_samples:
+            raise AudioEncodeError(f"an Opus frame holds {self._frame_samples} samples")
+        size = int(
+            _opus_encode_float(
+                self._encoder.encoder_state,
+                pcm.ctypes.data_as(_FLOAT_POINTER),
+                self._frame_samples,
+                self._packet,
+                self._max_bytes,
+            )
+        )
+        if size < 0:
+            raise AudioEncodeError(f"Opus encoding failed: {opuslib_next.OpusError(size)}")
+        return ctypes.string_at(self._packet, size)
 
     def encode_frames(self, frames: list[FloatArray]) -> list[bytes]:
         return [self.encode(frame) for frame in frames]

@@ -312,7 +312,10 @@ class ContextWorker:
         self._fed_in += len(chunk)
         chunk_ms = len(chunk) * 1000 / self._engine.sample_rate
         if chunk_ms > self._encode_inline_max_ms and self._encoder.worth_offloading:
-            return await asyncio.to_thread(self._encoder.feed, chunk)
+            # run_in_executor rather than to_thread: encoding needs no copy of
+            # the context variables, and this runs for every chunk.
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(None, self._encoder.feed, chunk)
         return self._encoder.feed(chunk)
 
     def _restart_encoder(self) -> list[EncodedFrame]:

@@ -40,7 +40,8 @@ def float_to_s16(pcm: FloatArray) -> Int16Array:
     audio frame of every stream, and ``nan_to_num``/``clip`` add several
     temporaries and Python-level dispatch per call.
     """
-    scaled = np.multiply(pcm, np.float32(32768.0), dtype=np.float32)
+    with np.errstate(over="ignore"):  # out-of-range input saturates below
+        scaled = np.multiply(pcm, np.float32(32768.0), dtype=np.float32)
     np.rint(scaled, out=scaled)
     np.maximum(scaled, -32768.0, out=scaled)  # keeps NaN
     np.minimum(scaled, 32767.0, out=scaled)

@@ -9,11 +9,14 @@ turn per chunk).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import numpy as np
 
 from realtime_engine.engines.base import EngineError
+
+log = logging.getLogger("gateway.engine_wait")
 
 
 class EngineStalledError(EngineError):
@@ -41,14 +44,18 @@ async def next_chunk_or_stall(
 
     async def abort_then_interrupt() -> None:
         nonlocal interrupted
-        await abort()
-        if waiting:
-            interrupted = True
-            task.cancel()
+        try:
+            await abort()
+        finally:
+            # Even when the abort fails: the wait must end either way.
+            if waiting:
+                interrupted = True
+                task.cancel()
 
     def on_stall() -> None:
         nonlocal aborting
         aborting = loop.create_task(abort_then_interrupt())
+        aborting.add_done_callback(_log_abort_failure)
 
     handle = loop.call_later(timeout_s, on_stall)
     try:
@@ -56,7 +63,7 @@ async def next_chunk_or_stall(
     except asyncio.CancelledError:
         # Ours only if the stall fired and nobody else cancelled this task too.
         if interrupted and task.uncancel() == 0:
-            raise _stalled(timeout_s) from None
+            raise _stalled(timeout_s) from _abort_error(aborting)
         raise
     except StopAsyncIteration:
         if aborting is None:
@@ -73,6 +80,18 @@ async def next_chunk_or_stall(
         await aborting
         raise _stalled(timeout_s)
     return chunk
+
+
+def _abort_error(aborting: asyncio.Task[None] | None) -> BaseException | None:
+    if aborting is None or not aborting.done() or aborting.cancelled():
+        return None
+    return aborting.exception()
+
+
+def _log_abort_failure(aborting: asyncio.Task[None]) -> None:
+    """Report an abort that failed where no waiter is left to raise it."""
+    if (error := _abort_error(aborting)) is not None:
+        log.warning("aborting a stalled engine request failed", exc_info=error)
 
 
 def _stalled(timeout_s: float) -> EngineStalledError:

@@ -111,3 +111,16 @@ async def test_an_outside_cancel_during_the_stall_abort_stays_a_cancel() -> None
     with pytest.raises(asyncio.CancelledError):
         await waiter
     assert stream.events == ["abort", "cancelled"]
+
+
+async def test_a_failing_abort_still_ends_the_wait_and_is_the_cause() -> None:
+    stream = Stream(5.0)
+
+    async def broken_abort() -> None:
+        stream.events.append("abort")
+        raise RuntimeError("engine unreachable")
+
+    with pytest.raises(EngineStalledError) as caught:
+        await next_chunk_or_stall(stream.chunks(), 0.05, broken_abort)
+    assert isinstance(caught.value.__cause__, RuntimeError)
+    assert stream.events == ["abort", "cancelled"]

@@ -141,7 +141,9 @@ class TalkerSlots:
         target = torch.where(valid, slots, self.trash_slot)
         pos = (self.prompt_len[slots] + step).clamp(max=self.max_len - 1)
         self.codes_by_pos[target, pos] = rows.to(torch.int16)
-        self.audio_at_pos[target, pos] = True
+        # A device tensor, not a Python True: setitem would copy a CPU scalar to the
+        # GPU, which CUDA graph capture refuses.
+        self.audio_at_pos.index_put_((target, pos), torch.ones_like(valid))
         self.live.index_copy_(0, slots, self.live[slots] & ~done)
         packed = StepRows(rows=rows, valid=valid, done=done, index=step).packed()
         stop = done | ~self.live[slots]

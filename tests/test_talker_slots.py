@@ -23,7 +23,7 @@ from realtime_engine.talker.termination import eoc_bounds
 from realtime_engine.talker.types import BOC, CODEBOOK_VOCAB, EOC, NUM_CODEBOOKS
 from realtime_engine.talker.vllm_protocol import TalkerArgs
 from realtime_engine.talker.vllm_sampler_graphs import (
-    DISABLE_ENV,
+    GRAPHS_ENV,
     PaddedStepGraphs,
     bucket_sizes,
     graphs_wanted,
@@ -208,12 +208,17 @@ def test_bucket_sizes_reject_empty() -> None:
         bucket_sizes(0)
 
 
-def test_graphs_only_on_cuda_without_enforce_eager(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert not graphs_wanted(CPU, enforce_eager=False)
+def test_graphs_are_opt_in_and_only_on_cuda_without_enforce_eager(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     cuda = torch.device("cuda")
+    monkeypatch.delenv(GRAPHS_ENV, raising=False)
+    assert not graphs_wanted(cuda, enforce_eager=False)
+    monkeypatch.setenv(GRAPHS_ENV, "1")
     assert graphs_wanted(cuda, enforce_eager=False)
     assert not graphs_wanted(cuda, enforce_eager=True)
-    monkeypatch.setenv(DISABLE_ENV, "0")
+    assert not graphs_wanted(CPU, enforce_eager=False)
+    monkeypatch.setenv(GRAPHS_ENV, "0")
     assert not graphs_wanted(cuda, enforce_eager=False)
 
 

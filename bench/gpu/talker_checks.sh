@@ -8,8 +8,8 @@
 #                                 vs eager, greedy and seeded-sampled rows; greedy vs the reference
 #   3. bench.talker_step          decode step time of the talker at real size (dummy weights)
 #
-# When check 2 finds a difference, $WORK/gateway.env turns the sampler graphs off for the gateway
-# run that follows (run_h200.sh reads it). Results: $OUT/talker_checks.tar.gz and the JSON files.
+# $WORK/gateway.env carries the verdict of check 2 to the gateway run (run_h200.sh reads it): the
+# sampler graphs on when they changed no row, off otherwise. Results: $OUT/talker_checks.tar.gz and the JSON files.
 # Environment: OUT [/tmp/h200_out]  SITE [/root/site]  WORK [/root/h200_work]  PYTHON [python3]
 #   STEP_BATCHES [1,16,64,256] ("" skips check 3)  SAMPLER_BATCHES [1,16,64,256,384]
 #   CODEC_BATCHES [1,16,64,128]  CHECKS [codec,sampler,rows,step]: which of 0-3 to run
@@ -33,6 +33,8 @@ mkdir -p "$OUT" "$RES" || exit 1
 KIT_PATH=$(cat "$SITE/.pythonpath") || { say "no $SITE/.pythonpath: install the vLLM kit first"; exit 1; }
 export PYTHONPATH=$REPO:$KIT_PATH PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1
 export VLLM_USE_V2_MODEL_RUNNER=1 VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_PLUGINS=higgs_audio_v3
+# the checks measure the opt-in sampler graphs (eager runs of check 2 never capture)
+export SPEECH_GATEWAY_SAMPLER_GRAPHS=${SPEECH_GATEWAY_SAMPLER_GRAPHS:-1}
 
 if want codec; then
   say "codec decoder throughput by preset, batch and precision"
@@ -50,8 +52,8 @@ fi
 if want rows; then
   say "rows under graphs vs eager vs the reference (tiny checkpoint)"
   if "$PY" -m bench.talker_vllm_check --out "$RES" > "$RES/vllm_check.log" 2>&1; then
-    say "graphs equal eager: the gateway keeps the sampler graphs"
-    : > "$WORK/gateway.env"
+    say "graphs equal eager: the gateway runs with the sampler graphs"
+    echo "SPEECH_GATEWAY_SAMPLER_GRAPHS=$SPEECH_GATEWAY_SAMPLER_GRAPHS" > "$WORK/gateway.env"
   else
     say "graphs differ from eager (or the check failed): the gateway runs the sampler eagerly"
     echo "SPEECH_GATEWAY_SAMPLER_GRAPHS=0" > "$WORK/gateway.env"

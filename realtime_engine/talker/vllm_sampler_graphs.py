@@ -25,8 +25,11 @@ import torch
 # Runs in vLLM's engine process: a child of vLLM's logger shows up in the engine's log.
 logger = logging.getLogger("vllm.plugins.higgs_talker.sampler_graphs")
 
-# Turns the graphs off (eager sampling) in the engine process, for comparison runs.
-DISABLE_ENV = "SPEECH_GATEWAY_SAMPLER_GRAPHS"
+# "1" in the engine process's environment turns the graphs on. Off by default: on
+# one H200 run (vLLM 0.26, offline LLM, 256 slots) a step with padded rows was
+# followed by an illegal memory access not yet explained, while the served
+# gateway ran every load level with them without an error.
+GRAPHS_ENV = "SPEECH_GATEWAY_SAMPLER_GRAPHS"
 
 StepFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, ...]]
 
@@ -47,7 +50,7 @@ def bucket_sizes(max_batch: int) -> list[int]:
 def graphs_wanted(device: torch.device, enforce_eager: bool) -> bool:
     if device.type != "cuda" or enforce_eager:
         return False
-    return os.environ.get(DISABLE_ENV, "1").strip().lower() not in ("0", "false", "off", "no")
+    return os.environ.get(GRAPHS_ENV, "0").strip().lower() in ("1", "true", "on", "yes")
 
 
 class PaddedStepGraphs:

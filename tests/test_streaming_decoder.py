@@ -26,6 +26,7 @@ from realtime_engine.codec.streaming import (
     DecodeJob,
     StreamingDecoder,
     clean_codes,
+    decode_jobs_batched,
     rows_to_frames,
     run_jobs,
 )
@@ -355,3 +356,56 @@ def test_invalid_chunking_is_refused(params: ChunkingParams) -> None:
 def test_unknown_preset_is_refused() -> None:
     with pytest.raises(InvalidChunkingError):
         get_preset("fastest")
+
+
+def _jobs_of_one_stream(rows: np.ndarray, params: ChunkingParams) -> list[DecodeJob]:
+    decoder = StreamingDecoder(LocalFakeCodec(), params)
+    jobs = [job for row in rows for job in decoder.plan_feed(row)]
+    return jobs + decoder.plan_finish()
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_windows_of_different_lengths_share_one_left_padded_call(name: str) -> None:
+    params = get_preset(name)
+    # streams at different points of their chunk-size ramp
+    jobs = [
+        job
+        for seed, frames in enumerate((40, 55, 70))
+        for job in _jobs_of_one_stream(utterance_rows(frames, seed=seed), params)
+    ]
+    deep = [job for job in jobs if job.trim_frames >= 10]
+    assert len({job.window_frames for job in deep}) > 1
+    codec = LocalFakeCodec()
+    batched = decode_jobs_batched(codec, deep)
+    assert len(codec.calls) == 1
+    context_changed = False
+    for job, pcm in zip(deep, batched, strict=True):
+        alone = LocalFakeCodec()(job.codes[None])[0, 0]
+        keep = slice(job.trim_frames * HOP, (job.trim_frames + job.emit_frames) * HOP)
+        assert np.array_equal(pcm[keep], alone[keep])
+        context_changed |= not np.array_equal(pcm[: keep.start], alone[: keep.start])
+    # the padding did reach the shorter windows' left context, which is trimmed away
+    assert context_changed
+
+
+def test_left_padding_keeps_the_tiny_codec_exact(tiny_codec: CodecDecoder) -> None:
+    params = get_preset("balanced")
+    jobs = [
+        job
+        for seed, frames in enumerate((45, 60))
+        for job in _jobs_of_one_stream(utterance_rows(frames, seed=20 + seed), params)
+    ]
+    calls: list[tuple[int, ...]] = []
+
+    def counting(codes: np.ndarray) -> np.ndarray:
+        calls.append(codes.shape)
+        return tiny_codec.decode_numpy(codes)
+
+    batched = decode_jobs_batched(counting, jobs)
+    alone = [tiny_codec.decode_numpy(job.codes[None])[0] for job in jobs]
+    for job, got, want in zip(jobs, batched, alone, strict=True):
+        keep = slice(job.trim_frames * HOP, (job.trim_frames + job.emit_frames) * HOP)
+        assert peak_error(got[keep], want[keep]) < 1e-5
+    # utterance starts (less than 10 frames of context) are never padded
+    starts = {job.window_frames for job in jobs if job.trim_frames < 10}
+    assert len(calls) == len(starts) + 1

@@ -27,8 +27,9 @@ Inside a frame, BOC/EOC or negative codes become 0 (never clamped: 1025 ->
 
 Decoding is split from planning so that many streams can share one batched
 codec call: ``plan_feed``/``plan_finish`` return ``DecodeJob``s,
-``decode_jobs_batched`` runs them grouped by window length, and ``complete``
-trims a job's PCM into the chunk to play. ``feed``/``finish`` compose these
+``decode_jobs_batched`` runs them in as few calls as exactness allows
+(left-padding windows whose context covers the receptive field), and
+``complete`` trims a job's PCM into the chunk to play. ``feed``/``finish`` compose these
 for a single stream.
 """
 
@@ -41,7 +42,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from realtime_engine.codec.errors import CodecInputError, StreamStateError
-from realtime_engine.codec.presets import next_chunk_frames, validate_chunking
+from realtime_engine.codec.presets import (
+    RECEPTIVE_FIELD_FRAMES,
+    next_chunk_frames,
+    validate_chunking,
+)
 from realtime_engine.engines.base import ChunkingParams
 from realtime_engine.talker.types import EOC, NUM_CODEBOOKS
 
@@ -242,26 +247,44 @@ class StreamingDecoder:
 def decode_jobs_batched(
     decode_fn: DecodeFn, jobs: Sequence[DecodeJob], max_batch: int | None = None
 ) -> list[np.ndarray]:
-    """Decode jobs with one codec call per window length (at most
-    ``max_batch`` windows per call); returns each job's PCM, in job order."""
+    """Decode jobs in as few codec calls as exactness allows (at most
+    ``max_batch`` windows per call); returns each job's PCM, in job order.
+
+    A job whose chunk starts at least the receptive field (10 frames) into
+    its window is decoded left-padded with code-0 frames to the longest such
+    window: the padding only reaches frames it already trims away, so one
+    call serves all of them whatever their lengths (the chunk-size ramp gives
+    each stream several). Jobs at an utterance's start have less context
+    than that and are grouped by window length instead.
+    """
+    paddable = [i for i, job in enumerate(jobs) if job.trim_frames >= RECEPTIVE_FIELD_FRAMES]
     by_length: dict[int, list[int]] = {}
     for i, job in enumerate(jobs):
-        by_length.setdefault(job.window_frames, []).append(i)
+        if job.trim_frames < RECEPTIVE_FIELD_FRAMES:
+            by_length.setdefault(job.window_frames, []).append(i)
+    groups = [*by_length.values(), paddable] if paddable else list(by_length.values())
     out: list[np.ndarray | None] = [None] * len(jobs)
-    for indices in by_length.values():
+    for indices in groups:
         step = max_batch or len(indices)
         for lo in range(0, len(indices), step):
             group = indices[lo : lo + step]
-            codes = np.stack([jobs[i].codes for i in group])
+            width = max(jobs[i].window_frames for i in group)
+            codes = np.stack([_left_padded(jobs[i].codes, width) for i in group])
             pcm = np.asarray(decode_fn(codes), dtype=np.float32)
             if pcm.shape[0] != len(group):
                 raise CodecInputError(
                     f"decode_fn returned batch {pcm.shape[0]} for {len(group)} windows"
                 )
             pcm = pcm.reshape(len(group), -1)
+            hop = pcm.shape[1] // width
             for row, i in enumerate(group):
-                out[i] = pcm[row]
+                out[i] = pcm[row, (width - jobs[i].window_frames) * hop :]
     return [p for p in out if p is not None]
+
+
+def _left_padded(codes: np.ndarray, width: int) -> np.ndarray:
+    pad = width - codes.shape[1]
+    return codes if pad == 0 else np.pad(codes, ((0, 0), (pad, 0)))
 
 
 def run_jobs(

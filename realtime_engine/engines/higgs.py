@@ -121,7 +121,7 @@ def codec_decode_fn(codec: nn.Module) -> DecodeFn:
     return decode
 
 
-def _require_codec(codec: nn.Module | None, model: str | Path) -> nn.Module:
+def _require_codec(codec: CodecDecoder | None, model: str | Path) -> CodecDecoder:
     if codec is None:
         raise EngineError(f"{model!s} has no bundled codec")
     return codec
@@ -256,8 +256,7 @@ class HiggsEngine:
                 tokenizer = HiggsTokenizer.from_dir(path)
                 codec = _require_codec(load_codec(SafetensorsCheckpoint(path), device=dev), model)
                 runner = create_talker_runner(path, backend, **(runner_options or {}))
-            if isinstance(codec, CodecDecoder):
-                codec.set_precision(codec_precision)
+            codec.set_precision(codec_precision)
         except (OSError, ValueError) as e:
             raise EngineError(f"cannot load {model!s}: {e}") from e
         return cls(

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from torch import nn
 
 from realtime_engine.errors import TokenizerError
 from realtime_engine.model.checkpoint import (
@@ -30,11 +30,14 @@ from realtime_engine.model.hub import resolve_model
 from realtime_engine.model.talker import HiggsTalker
 from realtime_engine.model.tokenizer import HiggsTokenizer
 
+if TYPE_CHECKING:
+    from realtime_engine.codec.decoder import CodecDecoder
+
 
 @dataclass
 class LoadedTalker:
     model: HiggsTalker
-    codec: nn.Module | None
+    codec: CodecDecoder | None
     tokenizer: HiggsTokenizer
     config: HiggsTalkerConfig
     path: Path
@@ -64,7 +67,7 @@ def load_talker_weights(
 
 def load_codec(
     checkpoint: SafetensorsCheckpoint, *, device: torch.device | str = "cpu"
-) -> nn.Module | None:
+) -> CodecDecoder | None:
     """The bundled codec decoder (always float32: transposed convs are unstable in bf16)."""
     view = CodecView(checkpoint)
     if not len(view):
@@ -72,8 +75,7 @@ def load_codec(
     from realtime_engine.codec.decoder import load_codec_decoder
 
     # The codec loader checks every key (encoder side included), so it gets them all.
-    decoder: nn.Module = load_codec_decoder(dict(view), device=device)
-    return decoder
+    return load_codec_decoder(dict(view), device=device)
 
 
 def load_talker(

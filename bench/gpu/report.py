@@ -72,8 +72,8 @@ _POOLED = (
     ("max_gap_ms", "max_gap_ms", 2),
     ("stall_s", "stall_s", 4),
 )
-# summaries that per-stream rows do not carry: not pooled, marked as such
-_NOT_POOLED = ("total_ms", "underrun_s", "min_lead_ms", "gap_ms")
+# summaries that neither per-stream rows nor level samples carry: marked as not pooled
+_NOT_POOLED = ("total_ms", "underrun_s", "min_lead_ms")
 
 
 def combine(parts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -115,7 +115,7 @@ def combine(parts: list[dict[str, Any]]) -> dict[str, Any]:
     }
     level["samples"] = samples
     level["gap_ms"] = summarize(samples["gap_ms"], 2)
-    for key in _NOT_POOLED[:-1]:  # gap_ms is pooled from the samples above
+    for key in _NOT_POOLED:
         level[key] = {"n": 0, "note": "not pooled across client processes"}
     level["server_metrics"] = {}
     level["client_processes"] = len(parts)

@@ -331,14 +331,17 @@ run_bg() {
 }
 
 # ---------------------------------------------------------------- measurements
+# fits NAME NEED_S: whether NEED_S seconds are left (5 s stay for the bundle); logs a skip if not
+fits() {
+  [ $(( $(left) - 5 )) -ge "$2" ] && return 0
+  say "skip $1: needs ~${2}s, $(left)s left"; step_log "$1" skipped 0 "needs ${2}s, $(left)s left"; return 1
+}
+
 # level NAME NEED_S ARGS...: one `bench run` into $RES/NAME.json, if NEED_S seconds are left
 level() {
   local name=$1 need=$2 t; shift 2
   t=$(date +%s)
-  # 5 s stay for the bundle
-  if [ $(( $(left) - 5 )) -lt "$need" ]; then
-    say "skip $name: needs ~${need}s, $(left)s left"; step_log "$name" skipped 0 "needs ${need}s, $(left)s left"; return 1
-  fi
+  fits "$name" "$need" || return 1
   local limit=$(( $(left) - 5 ))
   run_to "$RES/$name.log" timeout -k 5 "$limit" env PYTHONPATH="$GW_PYTHONPATH" "$PY" -m bench run \
     --no-progress --tokens-per-s "$TOKENS_PER_S" --out "$RES/$name" "$@"
@@ -362,9 +365,7 @@ split_level() {
   [ "$procs" -gt "$CLIENT_PROCS" ] && procs=$CLIENT_PROCS
   if [ "$procs" -le 1 ]; then level "$name" "$need" --levels "$c" "$@"; return; fi
   t=$(date +%s)
-  if [ $(( $(left) - 5 )) -lt "$need" ]; then
-    say "skip $name: needs ~${need}s, $(left)s left"; step_log "$name" skipped 0 "needs ${need}s, $(left)s left"; return 1
-  fi
+  fits "$name" "$need" || return 1
   local limit=$(( $(left) - 5 ))
   for i in $(seq 0 $(( procs - 1 ))); do
     share=$(( c / procs + (i < c % procs ? 1 : 0) ))

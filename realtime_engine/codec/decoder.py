@@ -91,15 +91,28 @@ class CodecDecoder(nn.Module):
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
         """codes [B, Q, T] (int) -> pcm [B, 1, hop * T] float32."""
         self.check_codes(codes)
-        device = self.fc2.weight.device
-        bf16 = self.autocast_bf16 and device.type == "cuda"
-        autocast = (
-            torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
-        )
-        with _ieee_fp32(device, self.allow_tf32), autocast:
-            latent = self.quantizer.decode(codes.to(device=device, dtype=torch.int64))
-            acoustic = self.fc2(latent).transpose(1, 2)  # [B, acoustic, T]
+        with self.compute_context():
+            acoustic = self.acoustic_input(codes)
             return self.acoustic_decoder(acoustic).float()
+
+    def acoustic_input(self, codes: torch.Tensor) -> torch.Tensor:
+        """codes [B, Q, T] -> DAC decoder input [B, acoustic, T]; per frame,
+        no temporal context. Codes are not range-checked here."""
+        latent = self.quantizer.decode(codes.to(device=self.device, dtype=torch.int64))
+        return self.fc2(latent).transpose(1, 2)
+
+    @property
+    def device(self) -> torch.device:
+        return self.fc2.weight.device
+
+    def compute_context(self) -> contextlib.AbstractContextManager[object]:
+        """The precision this codec computes in (see :data:`CODEC_PRECISIONS`)."""
+        device = self.device
+        stack = contextlib.ExitStack()
+        stack.enter_context(_ieee_fp32(device, self.allow_tf32))
+        if self.autocast_bf16 and device.type == "cuda":
+            stack.enter_context(torch.autocast("cuda", dtype=torch.bfloat16))
+        return stack
 
     def decode_numpy(self, codes: np.ndarray) -> np.ndarray:
         """numpy convenience for the streaming decoder: [B, Q, T] -> [B, hop*T]."""

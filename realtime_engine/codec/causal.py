@@ -1,0 +1,178 @@
+"""The DAC decoder as causal layers with cached state (pure functions).
+
+Every "same"-padded convolution of :mod:`realtime_engine.codec.dac` becomes
+a causal convolution over ``[cached input, new input]`` plus a fixed delay
+(its right padding); a transposed convolution keeps the partial sums its
+last input left in the next ``stride`` samples; a residual skip is delayed
+to match its branch. So each output sample is computed once, and the
+stream is the whole-utterance decode delayed by :attr:`CausalDac.delay`
+samples (the right paddings, summed through the upsampling: 9458 samples,
+9.85 frames, for the Higgs codec's strides).
+
+A signal between layers is described by its rate ``R`` (samples per frame)
+and cumulative delay ``D``: after ``F`` frames, the next sample a layer
+emits is the whole decode's sample ``F * R - D`` at that layer. Samples at
+negative positions are zeroed (``_mask``) so the next layer sees the zero
+padding the whole decode sees there.
+
+``advance(state, frames_fed, x)`` consumes new frames; ``tail(state,
+frames_fed)`` is the right end a whole decode would produce if the
+utterance ended now (every layer zero-padded on the right), without
+changing ``state``. Both keep fixed shapes for a given batch size and
+frame count and never synchronise with the host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import cast
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from realtime_engine.codec.dac import DacDecoder, DecoderBlock, ResidualUnit
+
+State = list[torch.Tensor]  # one [B, C, L] tensor per cached buffer, in layer order
+
+
+@dataclass(frozen=True)
+class BufferSpec:
+    channels: int
+    length: int
+
+
+def _blocks(dac: DacDecoder) -> list[DecoderBlock]:
+    return [cast(DecoderBlock, block) for block in dac.block]
+
+
+def _units(block: DecoderBlock) -> tuple[ResidualUnit, ...]:
+    return (block.res_unit1, block.res_unit2, block.res_unit3)
+
+
+def _conv_history(conv: nn.Conv1d) -> int:
+    return (conv.kernel_size[0] - 1) * conv.dilation[0]
+
+
+def _conv_delay(conv: nn.Conv1d) -> int:
+    pad = conv.padding
+    assert isinstance(pad, tuple) and 2 * pad[0] == _conv_history(conv), "needs 'same' padding"
+    return int(pad[0])
+
+
+class CausalDac:
+    """Streaming view of a :class:`DacDecoder` (shares its parameters)."""
+
+    def __init__(self, dac: DacDecoder) -> None:
+        self.dac = dac
+        specs: list[BufferSpec] = []
+        delay = _conv_delay(dac.conv1)
+        specs.append(BufferSpec(dac.conv1.in_channels, _conv_history(dac.conv1)))
+        for block in _blocks(dac):
+            conv_t = block.conv_t1
+            stride = conv_t.stride[0]
+            assert conv_t.kernel_size[0] == 2 * stride, "needs kernel = 2 * stride"
+            specs.append(BufferSpec(conv_t.out_channels, stride))  # partial sums
+            delay = delay * stride + int(conv_t.padding[0])
+            for unit in _units(block):
+                specs.append(BufferSpec(unit.conv1.in_channels, _conv_history(unit.conv1)))
+                specs.append(BufferSpec(unit.conv1.in_channels, _conv_delay(unit.conv1)))
+                delay += _conv_delay(unit.conv1)
+        specs.append(BufferSpec(dac.conv2.in_channels, _conv_history(dac.conv2)))
+        self.delay = delay + _conv_delay(dac.conv2)
+        self.buffers = tuple(specs)
+
+    def zero_state(self, batch: int, device: torch.device, dtype: torch.dtype) -> State:
+        return [
+            torch.zeros(batch, s.channels, s.length, device=device, dtype=dtype)
+            for s in self.buffers
+        ]
+
+    def advance(
+        self, state: State, frames_fed: torch.Tensor, x: torch.Tensor
+    ) -> tuple[torch.Tensor, State]:
+        """x [B, C_in, n] (frames) -> (pcm [B, n * hop], the new state)."""
+        return _Pass(self, state, frames_fed, final=False).run(x)
+
+    def tail(self, state: State, frames_fed: torch.Tensor) -> torch.Tensor:
+        """The last :attr:`delay` samples of a whole decode of the frames fed
+        so far: [B, delay]."""
+        x = state[0].new_zeros(state[0].shape[0], state[0].shape[1], 0)
+        pcm, _ = _Pass(self, state, frames_fed, final=True).run(x)
+        return pcm
+
+
+class _Pass:
+    """One call through the layers: a step (``final=False``) or the tail."""
+
+    def __init__(self, net: CausalDac, state: State, frames_fed: torch.Tensor, final: bool) -> None:
+        self.net = net
+        self.old = state
+        self.new: State = []
+        self.frames_fed = frames_fed
+        self.final = final
+        self.rate = 1
+        self.delay = 0
+
+    def _cached(self) -> torch.Tensor:
+        return self.old[len(self.new)]
+
+    def run(self, x: torch.Tensor) -> tuple[torch.Tensor, State]:
+        dac = self.net.dac
+        x = self._conv(dac.conv1, x)
+        for block in _blocks(dac):
+            x = self._conv_t(block.conv_t1, block.snake1(x))
+            for unit in _units(block):
+                x = self._residual(unit, x)
+        x = self._conv(dac.conv2, dac.snake1(x))
+        return x[:, 0].to(self.old[0].dtype), self.new
+
+    def _mask(self, x: torch.Tensor) -> torch.Tensor:
+        """Zero the samples before the utterance's start."""
+        first = self.frames_fed * self.rate - self.delay  # [B]
+        pos = first[:, None, None] + torch.arange(x.shape[-1], device=x.device)
+        return x * (pos >= 0).to(x.dtype)
+
+    def _conv(self, conv: nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
+        return self._mask(self._conv_unmasked(conv, x))
+
+    def _conv_t(self, conv: nn.ConvTranspose1d, x: torch.Tensor) -> torch.Tensor:
+        """Transposed conv: new inputs' sums plus the partial sums cached
+        from the previous input; the last ``stride`` samples stay partial."""
+        stride = conv.stride[0]
+        lead = int(conv.padding[0])
+        partial = self._cached()
+        n = x.shape[-1]
+        y = F.conv_transpose1d(x.to(partial.dtype), conv.weight, None, stride=stride)
+        y = torch.cat([y[..., :stride] + partial, y[..., stride:]], dim=-1)  # (n + 1) * stride
+        keep = n * stride + (lead if self.final else 0)
+        self.new.append(y[..., n * stride :])
+        out = y[..., :keep]
+        if conv.bias is not None:
+            out = out + conv.bias[:, None]
+        self.rate *= stride
+        self.delay = self.delay * stride + lead
+        return self._mask(out)
+
+    def _residual(self, unit: ResidualUnit, x: torch.Tensor) -> torch.Tensor:
+        branch = unit.conv2(unit.snake2(self._conv_unmasked(unit.conv1, unit.snake1(x))))
+        skip_cache = self._cached()
+        skip = torch.cat([skip_cache, x.to(skip_cache.dtype)], dim=-1)
+        self.new.append(skip[..., x.shape[-1] :])
+        return self._mask(skip[..., : branch.shape[-1]] + branch)
+
+    def _conv_unmasked(self, conv: nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
+        """Causal conv over [cache, x]; on the tail, right zero padding too.
+        Outputs before the utterance's start are junk until masked."""
+        delay = _conv_delay(conv)
+        cache = self._cached()
+        x = x.to(cache.dtype)
+        parts = [cache, x]
+        if self.final:
+            parts.append(x.new_zeros(x.shape[0], x.shape[1], delay))
+        full = torch.cat(parts, dim=-1)
+        self.new.append(full[..., full.shape[-1] - cache.shape[-1] :])
+        self.delay += delay
+        return F.conv1d(full, conv.weight, conv.bias, dilation=conv.dilation)
+
+

@@ -1,0 +1,186 @@
+"""Batched streaming codec: per-slot cached layer state, every sample computed once.
+
+``StreamingCodec(codec, max_slots)`` keeps the causal layers' state of up
+to ``max_slots`` streams in ``[max_slots, C, L]`` tensors on the codec's
+device. A call steps any set of slots at once: it gathers their state by
+slot index, runs the layers on the new frames only, and scatters the new
+state back. Shapes depend only on the batch size and the frames per call,
+and nothing reads device values back to the host, so a call can be
+captured as a CUDA graph per batch size.
+
+Slot ``s``'s output, concatenated over ``step`` calls and ``flush``, is the
+whole-utterance decode of the frames it was given, preceded by
+:attr:`delay` samples of zeros (the causal layers' delay): drop the first
+``delay`` samples of a stream. ``peek`` returns what ``flush`` would,
+without changing the state: the right edge of a stream that has not ended,
+decoded as if it had (speculative audio for holdbacks under the receptive
+field). See docs/streaming-codec.md.
+
+Codes are not range-checked per call (that would synchronise the device):
+validate them where they are produced, or with :meth:`check_codes` for
+untrusted input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from realtime_engine.codec.causal import CausalDac, State
+from realtime_engine.codec.decoder import CodecDecoder
+from realtime_engine.codec.errors import CodecInputError
+
+Slots = torch.Tensor | Sequence[int]
+
+
+@dataclass(frozen=True)
+class SavedSlots:
+    """The state of some slots, detached from the codec (preemption)."""
+
+    buffers: tuple[torch.Tensor, ...]
+    frames_fed: torch.Tensor
+
+
+class StreamingCodec:
+    """Streaming decode of up to ``max_slots`` independent code streams."""
+
+    def __init__(
+        self, codec: CodecDecoder, max_slots: int, device: str | torch.device | None = None
+    ) -> None:
+        if max_slots < 1:
+            raise ValueError(f"max_slots must be >= 1; got {max_slots}")
+        if device is not None and torch.device(device) != codec.device:
+            codec = codec.to(device)
+        self.codec = codec.eval()
+        self.device = codec.device
+        self.layers = CausalDac(codec.acoustic_decoder)
+        self.max_slots = max_slots
+        self.hop = codec.hop
+        self.num_quantizers = codec.dims.num_quantizers
+        self.codebook_size = codec.dims.codebook_size
+        self.state: State = self.layers.zero_state(max_slots, self.device, codec.fc2.weight.dtype)
+        self.frames_fed = torch.zeros(max_slots, dtype=torch.int64, device=self.device)
+        self.slots = SlotPool()  # for host-side streams (StreamingDecoder)
+
+    @property
+    def delay(self) -> int:
+        """Samples of leading silence in every stream (drop them)."""
+        return self.layers.delay
+
+    def _index(self, slots: Slots) -> torch.Tensor:
+        if isinstance(slots, torch.Tensor):
+            return slots.to(device=self.device, dtype=torch.int64)
+        return torch.tensor(list(slots), dtype=torch.int64, device=self.device)
+
+    def ensure_slots(self, count: int) -> None:
+        """Grow the state to at least ``count`` slots (eager use only: a
+        captured graph keeps the tensors it was captured with)."""
+        if count <= self.max_slots:
+            return
+        grown = max(count, 2 * self.max_slots)
+        extra = self.layers.zero_state(grown - self.max_slots, self.device, self.state[0].dtype)
+        self.state = [torch.cat([b, e]) for b, e in zip(self.state, extra, strict=True)]
+        self.frames_fed = torch.cat([self.frames_fed, self.frames_fed.new_zeros(len(extra[0]))])
+        self.max_slots = grown
+
+    # -- lifecycle ---------------------------------------------------------
+    def reset(self, slots: Slots) -> None:
+        """Start new, empty streams in ``slots`` (nothing of the previous
+        stream survives)."""
+        index = self._index(slots)
+        for buffer in self.state:
+            buffer.index_fill_(0, index, 0.0)
+        self.frames_fed.index_fill_(0, index, 0)
+
+    def save(self, slots: Slots) -> SavedSlots:
+        """A copy of the slots' state, to :meth:`restore` later, into the same
+        or other slots (preempt a stream, resume it elsewhere)."""
+        index = self._index(slots)
+        return SavedSlots(
+            tuple(b.index_select(0, index) for b in self.state),
+            self.frames_fed.index_select(0, index),
+        )
+
+    def restore(self, slots: Slots, saved: SavedSlots) -> None:
+        index = self._index(slots)
+        if saved.frames_fed.shape[0] != index.shape[0]:
+            raise ValueError(f"saved {saved.frames_fed.shape[0]} slots; restoring {index.shape[0]}")
+        for buffer, value in zip(self.state, saved.buffers, strict=True):
+            buffer.index_copy_(0, index, value.to(buffer.device))
+        self.frames_fed.index_copy_(0, index, saved.frames_fed.to(self.device))
+
+    # -- decoding ----------------------------------------------------------
+    @torch.inference_mode()
+    def step(self, slots: Slots, codes: torch.Tensor) -> torch.Tensor:
+        """Feed ``n`` new raw frames to each slot: ``codes`` [B, Q, n] (clean:
+        in range) -> committed PCM [B, n * hop] float32, on the codec's device.
+
+        Slots must be distinct within a call."""
+        index = self._index(slots)
+        state = [b.index_select(0, index) for b in self.state]
+        fed = self.frames_fed.index_select(0, index)
+        with self.codec.compute_context():
+            x = self.codec.acoustic_input(codes)
+            pcm, new = self.layers.advance(state, fed, x)
+        for buffer, value in zip(self.state, new, strict=True):
+            buffer.index_copy_(0, index, value.to(buffer.dtype))
+        self.frames_fed.index_add_(0, index, torch.full_like(fed, codes.shape[-1]))
+        return pcm
+
+    @torch.inference_mode()
+    def peek(self, slots: Slots) -> torch.Tensor:
+        """The last :attr:`delay` samples as if each stream ended now
+        [B, delay]; the state is unchanged."""
+        index = self._index(slots)
+        state = [b.index_select(0, index) for b in self.state]
+        with self.codec.compute_context():
+            return self.layers.tail(state, self.frames_fed.index_select(0, index))
+
+    def flush(self, slots: Slots) -> torch.Tensor:
+        """End the streams: their last :attr:`delay` samples [B, delay]; the
+        slots are reset, ready for new streams."""
+        pcm = self.peek(slots)
+        self.reset(slots)
+        return pcm
+
+    # -- validation of untrusted codes (synchronises; not for the hot path) --
+    def check_codes(self, codes: torch.Tensor) -> None:
+        if codes.ndim != 3 or codes.shape[1] != self.num_quantizers:
+            raise CodecInputError(
+                f"codes must be [B, {self.num_quantizers}, n]; got {tuple(codes.shape)}"
+            )
+        if codes.dtype not in (torch.int64, torch.int32):
+            raise CodecInputError(f"codes must be integers; got {codes.dtype}")
+        if codes.shape[-1] < 1:
+            raise CodecInputError("a step needs at least one frame")
+        if codes.numel() and bool(((codes < 0) | (codes >= self.codebook_size)).any()):
+            raise CodecInputError(
+                f"codes out of range [0, {self.codebook_size - 1}] "
+                "(replace BOC/EOC by 0 before decoding)"
+            )
+
+
+class SlotPool:
+    """Hands out slot numbers of a :class:`StreamingCodec` to host-side
+    streams. Numbers only: whoever decodes resets a slot before its first
+    step and grows the codec (:meth:`StreamingCodec.ensure_slots`) on its own
+    thread, so nothing here touches device state."""
+
+    def __init__(self) -> None:
+        self._free: list[int] = []
+        self._next = 0
+
+    def acquire(self) -> int:
+        if self._free:
+            return self._free.pop()
+        self._next += 1
+        return self._next - 1
+
+    def release(self, slot: int) -> None:
+        self._free.append(slot)
+
+    @property
+    def in_use(self) -> int:
+        return self._next - len(self._free)

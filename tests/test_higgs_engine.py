@@ -11,6 +11,7 @@ import torch
 from talker_support import FailingTalker
 
 from realtime_engine.codec.presets import PRESETS, get_preset
+from realtime_engine.codec.stream_core import StreamingCodec
 from realtime_engine.codec.streaming import rows_to_frames
 from realtime_engine.engines.base import (
     ChunkingParams,
@@ -36,7 +37,7 @@ def tiny(tiny_checkpoint: Path) -> LoadedTalker:
 @pytest.fixture
 def engine(tiny: LoadedTalker) -> Iterator[HiggsEngine]:
     assert tiny.codec is not None
-    eng = HiggsEngine(ReferenceRunner(tiny.model), tiny.tokenizer, codec_decode_fn(tiny.codec))
+    eng = HiggsEngine(ReferenceRunner(tiny.model), tiny.tokenizer, tiny.codec)
     yield eng
     asyncio.run(eng.close())
 
@@ -142,7 +143,7 @@ async def test_talker_failure_surfaces_as_engine_error(tiny: LoadedTalker) -> No
     eng = HiggsEngine(
         ReferenceRunner(FailingTalker(tiny.model, message="out of device memory")),
         tiny.tokenizer,
-        codec_decode_fn(tiny.codec),
+        tiny.codec,
     )
     try:
         with pytest.raises(EngineError, match="out of device memory") as info:
@@ -153,10 +154,13 @@ async def test_talker_failure_surfaces_as_engine_error(tiny: LoadedTalker) -> No
 
 
 async def test_codec_failure_surfaces_as_engine_error(tiny: LoadedTalker) -> None:
-    def broken_codec(codes: np.ndarray) -> np.ndarray:
-        raise RuntimeError("codec kernel crashed")
+    assert tiny.codec is not None
 
-    eng = HiggsEngine(ReferenceRunner(tiny.model), tiny.tokenizer, broken_codec)
+    class BrokenCodec(StreamingCodec):
+        def step(self, slots: object, codes: torch.Tensor) -> torch.Tensor:
+            raise RuntimeError("codec kernel crashed")
+
+    eng = HiggsEngine(ReferenceRunner(tiny.model), tiny.tokenizer, BrokenCodec(tiny.codec, 4))
     try:
         with pytest.raises(EngineError, match="codec kernel crashed"):
             await _chunks(eng.synthesize(_segment("c", frames=20)))

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from gateway_support import fake_app
 from hypothesis import given
 from hypothesis import strategies as st
@@ -23,6 +24,8 @@ from gateway.app import create_app
 from gateway.contexts import ENGINE_STAGES, ContextStats
 from gateway.metrics import EngineStatsSampler, GatewayMetrics, batch_bucket
 from gateway.settings import GatewaySettings
+from realtime_engine.codec.decoder import CodecDecoder, load_codec_decoder
+from realtime_engine.codec.layout import CodecDims, random_codec_state_dict
 from realtime_engine.engines.base import SegmentRequest, SegmentTimings
 from realtime_engine.engines.cpu_voice import CpuVoiceEngine
 from realtime_engine.engines.fake import FakeEngine
@@ -324,9 +327,11 @@ def tokenizer(tiny_checkpoint: Path) -> Iterator[HiggsTokenizer]:
     yield HiggsTokenizer.from_dir(tiny_checkpoint)
 
 
-def silence(codes: np.ndarray) -> np.ndarray:
-    """A ``DecodeFn``: codes ``[B, 8, W]`` → zeros ``[B, 960·W]``."""
-    return np.zeros((codes.shape[0], codes.shape[2] * 960), dtype=np.float32)
+def tiny_codec() -> CodecDecoder:
+    state = random_codec_state_dict(
+        CodecDims.tiny(), torch.Generator().manual_seed(0), include_encoder=False
+    )
+    return load_codec_decoder(state)
 
 
 async def test_higgs_stamps_the_row_that_completes_frame_zero(
@@ -335,7 +340,7 @@ async def test_higgs_stamps_the_row_that_completes_frame_zero(
     frames = 6
     codes = np.arange(frames * NUM_CODEBOOKS, dtype=np.int64).reshape(frames, NUM_CODEBOOKS)
     runner = ScriptedRunner(apply_delay(codes), prefill_s=0.01)
-    engine = HiggsEngine(runner, tokenizer, silence)
+    engine = HiggsEngine(runner, tokenizer, tiny_codec())
     timings = SegmentTimings()
     request = SegmentRequest(
         "r", "hi", sampling=TalkerSampling(temperature=0.0), fixed_rows=frames, timings=timings

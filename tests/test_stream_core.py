@@ -58,7 +58,9 @@ def whole(codec: CodecDecoder, codes: torch.Tensor) -> torch.Tensor:
         return codec.acoustic_decoder(codec.acoustic_input(codes[None]))[0, 0]
 
 
-def streamed(core: StreamingCodec, slot: int, codes: torch.Tensor, groups: list[int]) -> torch.Tensor:
+def streamed(
+    core: StreamingCodec, slot: int, codes: torch.Tensor, groups: list[int]
+) -> torch.Tensor:
     core.reset([slot])
     out, at = [], 0
     for n in groups:
@@ -138,7 +140,9 @@ def test_slots_stepped_together_equal_each_alone(
     out: list[list[torch.Tensor]] = [[] for _ in lengths]
     for t in range(max(lengths)):
         live = [i for i, n in enumerate(lengths) if t < n]
-        pcm = core.step([slots[i] for i in live], torch.stack([codes[i][:, t : t + 1] for i in live]))
+        pcm = core.step(
+            [slots[i] for i in live], torch.stack([codes[i][:, t : t + 1] for i in live])
+        )
         for row, i in enumerate(live):
             out[i].append(pcm[row])
         ended = [i for i, n in enumerate(lengths) if n == t + 1]

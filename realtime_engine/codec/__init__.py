@@ -1,4 +1,5 @@
-"""Codec: RVQ + DAC decoder, strict loaders and the streaming decoder."""
+"""Codec: RVQ + DAC decoder, strict loaders, the stateful streaming codec and
+the per-utterance streaming decoder."""
 
 from realtime_engine.codec.decoder import CodecDecoder, extract_codec_state, load_codec_decoder
 from realtime_engine.codec.errors import CodecInputError, InvalidChunkingError, StreamStateError
@@ -11,10 +12,12 @@ from realtime_engine.codec.presets import (
     is_exact,
     next_chunk_frames,
 )
+from realtime_engine.codec.stream_core import SavedSlots, StreamingCodec
 from realtime_engine.codec.streaming import (
+    DecodedJob,
     DecodeJob,
     StreamingDecoder,
-    decode_jobs_batched,
+    decode_jobs,
     rows_to_frames,
     run_jobs,
 )
@@ -26,11 +29,14 @@ __all__ = [
     "CodecDims",
     "CodecInputError",
     "DecodeJob",
+    "DecodedJob",
     "InvalidChunkingError",
+    "SavedSlots",
     "StreamStateError",
+    "StreamingCodec",
     "StreamingDecoder",
     "chunk_schedule",
-    "decode_jobs_batched",
+    "decode_jobs",
     "extract_codec_state",
     "first_chunk_rows",
     "get_preset",

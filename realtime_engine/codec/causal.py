@@ -174,5 +174,3 @@ class _Pass:
         self.new.append(full[..., full.shape[-1] - cache.shape[-1] :])
         self.delay += delay
         return F.conv1d(full, conv.weight, conv.bias, dilation=conv.dilation)
-
-

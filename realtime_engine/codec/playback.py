@@ -13,11 +13,16 @@ Used by the tests that check the chunk-size ramp and by
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
+from realtime_engine.codec.decoder import load_codec_decoder
+from realtime_engine.codec.layout import CodecDims, random_codec_state_dict
+from realtime_engine.codec.stream_core import StreamingCodec
 from realtime_engine.codec.streaming import StreamingDecoder
 from realtime_engine.engines.base import ChunkingParams
 from realtime_engine.talker.delay import apply_delay
@@ -47,9 +52,14 @@ class PlaybackReport:
     min_buffer_s: float | None
 
 
-def _silence(codes: np.ndarray) -> np.ndarray:
-    """A decode_fn for planning only (chunk_arrivals never decodes)."""
-    return np.zeros((codes.shape[0], codes.shape[-1] * 960), dtype=np.float32)
+@functools.cache
+def _planning_codec() -> StreamingCodec:
+    """Any codec with the real strides plans the same chunks; chunk_arrivals
+    never decodes, so a tiny random one will do."""
+    state = random_codec_state_dict(
+        CodecDims.tiny(), torch.Generator().manual_seed(0), include_encoder=False
+    )
+    return StreamingCodec(load_codec_decoder(state), max_slots=1)
 
 
 def chunk_arrivals(
@@ -63,7 +73,7 @@ def chunk_arrivals(
     ready ``decode_s`` after the row that completes it."""
     if rows_per_s <= 0:
         raise ValueError(f"rows_per_s must be > 0; got {rows_per_s}")
-    decoder = StreamingDecoder(_silence, params)
+    decoder = StreamingDecoder(_planning_codec(), params)
     rows = apply_delay(np.zeros((frames, decoder.num_codebooks), dtype=np.int64))
     out: list[ChunkArrival] = []
     for i, row in enumerate(rows):
@@ -71,6 +81,7 @@ def chunk_arrivals(
         out += [ChunkArrival(at, job.emit_frames) for job in decoder.plan_feed(row)]
     end = len(rows) / rows_per_s + decode_s
     out += [ChunkArrival(end, job.emit_frames) for job in decoder.plan_finish()]
+    decoder.close()
     return out
 
 

@@ -1,20 +1,22 @@
-"""Sliding-window streaming codec decoder (sans-I/O).
+"""Streaming codec decoder of one utterance (sans-I/O), on the stateful codec.
 
 Rows arrive in the talker's delay pattern: codebook ``c`` of raw frame ``t``
 sits in row ``t + c``, so frame ``t`` is complete once row ``t + 7`` exists.
-Every chunk decodes the window of raw frames ``[emitted - L, target + H)``
-(clipped to the frames that exist), then keeps only ``[emitted, target)``:
-``L`` frames of left context and ``H`` frames of right holdback give the codec
-the neighbours it would have seen in a whole-utterance decode. The DAC
-decoder's receptive field is +-10 frames, so ``L >= 10`` and ``H >= 10`` make
-the concatenated chunks equal to a whole-utterance decode; smaller ``H``
-trades exactness at chunk edges for earlier audio.
+Complete frames go to a :class:`~realtime_engine.codec.stream_core.StreamingCodec`
+slot, which keeps every layer's state and so decodes each frame once, with
+all the left context of the utterance; its committed audio lags the frames
+by the codec's delay (9.85 frames), so it equals whole-utterance decoding.
 
-Chunk sizes follow ``presets.next_chunk_frames``: ``first_chunk_frames``,
-then a geometric ramp (``chunk_growth``) up to ``chunk_frames``, so that the
-client's playback buffer grows after the first chunk instead of draining.
-The sizes only decide where chunk edges fall; which samples are emitted
-does not depend on them when the context is exact.
+Chunks follow the presets (``presets.next_chunk_frames``): a chunk of frames
+``[emitted, target)`` with ``target = available - H`` (``H`` =
+``right_holdback_frames``) is planned as soon as it reaches the next chunk
+size. With ``H >= 10`` its samples are already committed. With a shorter
+holdback its right edge is decoded speculatively: the slot's state is
+copied and flushed as if the utterance ended at the last available frame
+(``StreamingCodec.peek``), the audio a window decode ending there would give;
+the committed computation continues unchanged, so committed samples are
+still computed once. ``left_context_frames`` no longer matters: the state
+always holds the whole left context.
 
 End of utterance: the stream ends at the first raw frame whose codebook-0 code
 is EOC (the talker's stop marker), or at ``finish()``, whichever comes first.
@@ -25,56 +27,63 @@ codes in every codebook. The last chunk has no holdback (nothing follows).
 Inside a frame, BOC/EOC or negative codes become 0 (never clamped: 1025 ->
 1023 would be a valid, audible code).
 
-Decoding is split from planning so that many streams can share one batched
-codec call: ``plan_feed``/``plan_finish`` return ``DecodeJob``s,
-``decode_jobs_batched`` runs them in as few calls as exactness allows
-(left-padding windows whose context covers the receptive field), and
-``complete`` trims a job's PCM into the chunk to play. ``feed``/``finish`` compose these
-for a single stream.
+Decoding is split from planning so that many streams can share one codec
+call: ``plan_feed``/``plan_finish`` return ``DecodeJob``s, ``decode_jobs``
+runs the jobs of many streams in batched codec calls (on whatever thread owns
+the codec), and ``complete`` turns a job's decoded audio into the chunk to
+play. ``feed``/``finish`` compose these for a single stream.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
+from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.errors import CodecInputError, StreamStateError
-from realtime_engine.codec.presets import (
-    RECEPTIVE_FIELD_FRAMES,
-    next_chunk_frames,
-    validate_chunking,
-)
+from realtime_engine.codec.presets import next_chunk_frames, validate_chunking
+from realtime_engine.codec.stream_core import StreamingCodec
 from realtime_engine.engines.base import ChunkingParams
 from realtime_engine.talker.types import EOC, NUM_CODEBOOKS
 
-HOP = 960
 CODEBOOK_SIZE = 1024
-
-# codes [B, Q, W] int64 -> pcm [B, hop * W] (or [B, 1, hop * W]) float32
-DecodeFn = Callable[[np.ndarray], np.ndarray]
 
 _stream_ids = itertools.count()
 
 
 @dataclass(frozen=True, eq=False)
 class DecodeJob:
-    """One codec call: decode ``codes`` and keep ``emit_frames`` frames after
-    the first ``trim_frames``."""
+    """One codec call for one stream: step ``codes`` (the frames completed
+    since the previous job), then, for ``final`` jobs, flush the slot, or
+    for ``speculative`` ones, peek at its right edge."""
 
     stream_id: int
     seq: int
-    codes: np.ndarray  # [Q, W] int64, only real codes
-    window_start: int  # raw frame index of codes[:, 0]
-    trim_frames: int
+    codec: StreamingCodec
+    slot: int
+    codes: np.ndarray  # [Q, n] int64, clean
+    first_frame: int  # raw frame index of codes[:, 0]
+    emit_start: int  # the chunk's frames: [emit_start, emit_start + emit_frames)
     emit_frames: int
+    speculative: bool
     final: bool
 
     @property
-    def window_frames(self) -> int:
+    def new_frames(self) -> int:
         return int(self.codes.shape[1])
+
+
+@dataclass(frozen=True)
+class DecodedJob:
+    """A job's audio: the samples its step committed, and the flushed or
+    speculative right edge (None when the chunk is already committed)."""
+
+    committed: np.ndarray
+    edge: np.ndarray | None
 
 
 def clean_codes(codes: np.ndarray, codebook_size: int = CODEBOOK_SIZE) -> np.ndarray:
@@ -101,32 +110,40 @@ def rows_to_frames(rows: np.ndarray, stop_at_eoc: bool = True) -> np.ndarray:
 
 
 class StreamingDecoder:
-    """Incremental de-delay + sliding-window decode of one utterance."""
+    """Incremental de-delay + stateful decode of one utterance in one slot
+    of a (possibly shared) :class:`StreamingCodec`."""
 
     def __init__(
         self,
-        decode_fn: DecodeFn,
+        codec: StreamingCodec | CodecDecoder,
         chunking: ChunkingParams,
         *,
-        hop: int = HOP,
         num_codebooks: int = NUM_CODEBOOKS,
         stop_at_eoc: bool = True,
     ) -> None:
         validate_chunking(chunking)
-        self.decode_fn = decode_fn
+        if isinstance(codec, CodecDecoder):
+            codec = StreamingCodec(codec, max_slots=1)
+        self.codec = codec
         self.chunking = chunking
-        self.hop = hop
+        self.hop = codec.hop
         self.num_codebooks = num_codebooks
         self.stop_at_eoc = stop_at_eoc
         self.stream_id = next(_stream_ids)
+        self.slot = codec.slots.acquire()
+        self._closed = False
         self._raw = np.zeros((num_codebooks, 64), dtype=np.int64)
         self._rows = 0
         self._end_frame: int | None = None  # first frame at/after the EOC marker
         self._emitted = 0
+        self._stepped = 0  # frames handed to planned jobs
         self._planned = 0
         self._completed = 0
         self._done = False
         self._finish_called = False
+        # committed samples not yet played; _pcm[0] is whole-decode sample _pcm_at
+        self._pcm = np.zeros(0, dtype=np.float32)
+        self._pcm_at = -codec.delay
 
     # -- state -------------------------------------------------------------
     @property
@@ -148,6 +165,14 @@ class StreamingDecoder:
         """True once the final chunk has been planned."""
         return self._done
 
+    def close(self) -> None:
+        """Give the slot back (end, abort). Jobs already planned may still
+        run: they keep their slot's order, and the next stream's first job
+        resets the slot before stepping it."""
+        if not self._closed:
+            self._closed = True
+            self.codec.slots.release(self.slot)
+
     # -- planning ----------------------------------------------------------
     def plan_feed(self, row: object) -> list[DecodeJob]:
         """Take one delay-patterned row (8 ints); return the jobs it enables."""
@@ -155,6 +180,8 @@ class StreamingDecoder:
             raise StreamStateError("row fed after finish()")
         if self._done:
             return []  # rows after the end marker are the talker's ramp-down
+        if self._closed:
+            raise StreamStateError("row fed after close()")
         codes = self._check_row(row)
         r = self._rows
         if self._end_frame is None and self.stop_at_eoc and codes[0] == EOC:
@@ -173,7 +200,7 @@ class StreamingDecoder:
     def plan_finish(self) -> list[DecodeJob]:
         """End of rows: plan the last chunk (no holdback)."""
         self._finish_called = True
-        if self._done:
+        if self._done or self._closed:
             return []
         return self._plan(final=True)
 
@@ -189,46 +216,65 @@ class StreamingDecoder:
         return codes.astype(np.int64)
 
     def _plan(self, final: bool) -> list[DecodeJob]:
-        p = self.chunking
         available = self.frames_available
-        holdback = 0 if final else p.right_holdback_frames
+        holdback = 0 if final else self.chunking.right_holdback_frames
         target = available - holdback
         pending = target - self._emitted
         if final:
             self._done = True
-        need = next_chunk_frames(p, self._emitted)
+        need = next_chunk_frames(self.chunking, self._emitted)
         if pending <= 0 or (not final and pending < need):
+            if final:
+                self.close()  # nothing left to play; no job will touch the slot
             return []
-        start = max(0, self._emitted - p.left_context_frames)
-        end = target + holdback  # <= available by construction
+        committed_end = available * self.hop - self.codec.delay
         job = DecodeJob(
             stream_id=self.stream_id,
             seq=self._planned,
-            codes=clean_codes(self._raw[:, start:end]),
-            window_start=start,
-            trim_frames=self._emitted - start,
+            codec=self.codec,
+            slot=self.slot,
+            codes=clean_codes(self._raw[:, self._stepped : available]),
+            first_frame=self._stepped,
+            emit_start=self._emitted,
             emit_frames=pending,
+            speculative=not final and target * self.hop > committed_end,
             final=final,
         )
+        self._stepped = available
         self._emitted = target
         self._planned += 1
         return [job]
 
     # -- completion --------------------------------------------------------
-    def complete(self, job: DecodeJob, pcm: np.ndarray) -> np.ndarray:
-        """Trim a job's decoded window to its chunk (jobs complete in order)."""
+    def complete(self, job: DecodeJob, decoded: DecodedJob) -> np.ndarray:
+        """Turn a job's decoded audio into its chunk (jobs complete in order)."""
         if job.stream_id != self.stream_id:
             raise StreamStateError("job belongs to another stream")
         if job.seq != self._completed:
             raise StreamStateError(f"job {job.seq} completed out of order (next {self._completed})")
-        flat = np.asarray(pcm, dtype=np.float32).reshape(-1)
-        if flat.size != job.window_frames * self.hop:
+        committed = np.asarray(decoded.committed, dtype=np.float32).reshape(-1)
+        if committed.size != job.new_frames * self.hop:
             raise CodecInputError(
-                f"decoded window has {flat.size} samples; expected {job.window_frames * self.hop}"
+                f"decoded {committed.size} samples; expected {job.new_frames * self.hop}"
             )
         self._completed += 1
-        lo = job.trim_frames * self.hop
-        return flat[lo : lo + job.emit_frames * self.hop].copy()
+        self._pcm = np.concatenate([self._pcm, committed])
+        lo = job.emit_start * self.hop - self._pcm_at
+        hi = lo + job.emit_frames * self.hop
+        available = self._pcm
+        if job.speculative or job.final:
+            if decoded.edge is None or decoded.edge.size != self.codec.delay:
+                raise CodecInputError("a flushed job needs the codec's right edge")
+            available = np.concatenate([self._pcm, np.asarray(decoded.edge, np.float32)])
+        chunk = available[lo:hi].copy()
+        # Committed samples before the next chunk's start are never played:
+        # samples emitted speculatively are not re-emitted.
+        drop = min(hi, self._pcm.size)
+        self._pcm = self._pcm[drop:]
+        self._pcm_at += drop
+        if job.final:
+            self.close()
+        return chunk
 
     # -- one stream, decode inline -----------------------------------------
     def feed(self, row: object) -> list[np.ndarray]:
@@ -240,59 +286,74 @@ class StreamingDecoder:
     def _run(self, jobs: list[DecodeJob]) -> list[np.ndarray]:
         if not jobs:
             return []
-        pcms = decode_jobs_batched(self.decode_fn, jobs)
-        return [self.complete(job, pcm) for job, pcm in zip(jobs, pcms, strict=True)]
+        decoded = decode_jobs(jobs)
+        return [self.complete(job, d) for job, d in zip(jobs, decoded, strict=True)]
 
 
-def decode_jobs_batched(
-    decode_fn: DecodeFn, jobs: Sequence[DecodeJob], max_batch: int | None = None
-) -> list[np.ndarray]:
-    """Decode jobs in as few codec calls as exactness allows (at most
-    ``max_batch`` windows per call); returns each job's PCM, in job order.
+def decode_jobs(jobs: Sequence[DecodeJob], max_batch: int | None = None) -> list[DecodedJob]:
+    """Run the jobs of many streams in batched codec calls (at most
+    ``max_batch`` slots per call); returns each job's audio, in job order.
 
-    A job whose chunk starts at least the receptive field (10 frames) into
-    its window is decoded left-padded with code-0 frames to the longest such
-    window: the padding only reaches frames it already trims away, so one
-    call serves all of them whatever their lengths (the chunk-size ramp gives
-    each stream several). Jobs at an utterance's start have less context
-    than that and are grouped by window length instead.
+    A slot's jobs run in the order given, each stream's first job resetting
+    its slot first, so a slot reused by a new stream (after an abort) never
+    sees the old stream's state.
     """
-    paddable = [i for i, job in enumerate(jobs) if job.trim_frames >= RECEPTIVE_FIELD_FRAMES]
-    by_length: dict[int, list[int]] = {}
+    waves: list[list[int]] = []
+    seen: dict[tuple[int, int], int] = {}
     for i, job in enumerate(jobs):
-        if job.trim_frames < RECEPTIVE_FIELD_FRAMES:
-            by_length.setdefault(job.window_frames, []).append(i)
-    groups = [*by_length.values(), paddable] if paddable else list(by_length.values())
-    out: list[np.ndarray | None] = [None] * len(jobs)
-    for indices in groups:
-        step = max_batch or len(indices)
-        for lo in range(0, len(indices), step):
-            group = indices[lo : lo + step]
-            width = max(jobs[i].window_frames for i in group)
-            codes = np.stack([_left_padded(jobs[i].codes, width) for i in group])
-            pcm = np.asarray(decode_fn(codes), dtype=np.float32)
-            if pcm.shape[0] != len(group):
-                raise CodecInputError(
-                    f"decode_fn returned batch {pcm.shape[0]} for {len(group)} windows"
-                )
-            pcm = pcm.reshape(len(group), -1)
-            hop = pcm.shape[1] // width
-            for row, i in enumerate(group):
-                out[i] = pcm[row, (width - jobs[i].window_frames) * hop :]
-    return [p for p in out if p is not None]
+        key = (id(job.codec), job.slot)
+        k = seen.get(key, 0)
+        seen[key] = k + 1
+        if k == len(waves):
+            waves.append([])
+        waves[k].append(i)
+    out: list[DecodedJob | None] = [None] * len(jobs)
+    for wave in waves:
+        by_codec: dict[int, list[int]] = {}
+        for i in wave:
+            by_codec.setdefault(id(jobs[i].codec), []).append(i)
+        for group in by_codec.values():
+            for lo in range(0, len(group), max_batch or len(group)):
+                part = group[lo : lo + (max_batch or len(group))]
+                for i, decoded in zip(part, _decode_group([jobs[i] for i in part]), strict=True):
+                    out[i] = decoded
+    return [d for d in out if d is not None]
 
 
-def _left_padded(codes: np.ndarray, width: int) -> np.ndarray:
-    pad = width - codes.shape[1]
-    return codes if pad == 0 else np.pad(codes, ((0, 0), (pad, 0)))
+def _decode_group(jobs: list[DecodeJob]) -> list[DecodedJob]:
+    """Jobs of one codec, distinct slots."""
+    codec = jobs[0].codec
+    codec.ensure_slots(1 + max(job.slot for job in jobs))
+    fresh = [job.slot for job in jobs if job.seq == 0]
+    if fresh:
+        codec.reset(fresh)
+    committed: dict[int, np.ndarray] = {}
+    by_frames: dict[int, list[DecodeJob]] = {}
+    for job in jobs:
+        by_frames.setdefault(job.new_frames, []).append(job)
+    for n, group in by_frames.items():
+        if n == 0:
+            for job in group:
+                committed[id(job)] = np.zeros(0, np.float32)
+            continue
+        codes = torch.from_numpy(np.stack([job.codes for job in group]))
+        pcm = codec.step([job.slot for job in group], codes).float().cpu().numpy()
+        for job, row in zip(group, pcm, strict=True):
+            committed[id(job)] = row
+    edges: dict[int, np.ndarray] = {}
+    for flag, call in ((True, codec.flush), (False, codec.peek)):
+        group = [job for job in jobs if job.final == flag and (job.final or job.speculative)]
+        if group:
+            pcm = call([job.slot for job in group]).float().cpu().numpy()
+            for job, row in zip(group, pcm, strict=True):
+                edges[id(job)] = row
+    return [DecodedJob(committed[id(job)], edges.get(id(job))) for job in jobs]
 
 
 def run_jobs(
-    decode_fn: DecodeFn,
-    work: Sequence[tuple[StreamingDecoder, DecodeJob]],
-    max_batch: int | None = None,
+    work: Sequence[tuple[StreamingDecoder, DecodeJob]], max_batch: int | None = None
 ) -> list[np.ndarray]:
-    """Decode jobs of many streams in batched calls and trim each into its
+    """Decode jobs of many streams in batched calls and turn each into its
     chunk; per stream, jobs must be given in planning order."""
-    pcms = decode_jobs_batched(decode_fn, [job for _, job in work], max_batch)
-    return [decoder.complete(job, pcm) for (decoder, job), pcm in zip(work, pcms, strict=True)]
+    decoded = decode_jobs([job for _, job in work], max_batch)
+    return [decoder.complete(job, d) for (decoder, job), d in zip(work, decoded, strict=True)]

@@ -1,15 +1,17 @@
 """Higgs Audio v3 speech engine: text → talker code rows → streaming codec → PCM.
 
 The engine works with any :class:`~realtime_engine.talker.types.TalkerRunner`
-(the in-process reference runner or a vLLM-backed one). Codec windows of all
-running segments are decoded together on one codec thread, so the event loop
-never runs model math.
+(the in-process reference runner or a vLLM-backed one). Every segment streams
+through its own slot of one stateful
+:class:`~realtime_engine.codec.stream_core.StreamingCodec`; the chunks due in
+all running segments are decoded together on one codec thread, so the event
+loop never runs model math.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -21,12 +23,13 @@ from torch import nn
 
 from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.errors import CodecInputError, InvalidChunkingError, StreamStateError
-from realtime_engine.codec.presets import DEFAULT_PRESET, get_preset
+from realtime_engine.codec.presets import DEFAULT_PRESET, get_preset, validate_chunking
+from realtime_engine.codec.stream_core import StreamingCodec
 from realtime_engine.codec.streaming import (
-    DecodeFn,
+    DecodedJob,
     DecodeJob,
     StreamingDecoder,
-    decode_jobs_batched,
+    decode_jobs,
 )
 from realtime_engine.engines.base import (
     ChunkingParams,
@@ -108,7 +111,7 @@ def speed_tag(speed: float) -> str:
     return ""
 
 
-def codec_decode_fn(codec: nn.Module) -> DecodeFn:
+def codec_decode_fn(codec: nn.Module) -> Callable[[np.ndarray], np.ndarray]:
     """Wrap a codec module (codes ``[B, 8, W]`` → PCM ``[B, 1, 960·W]``) as a numpy function."""
 
     def decode(codes: np.ndarray) -> np.ndarray:
@@ -130,16 +133,15 @@ def _require_codec(codec: CodecDecoder | None, model: str | Path) -> CodecDecode
 class _CodecBatcher:
     """Decode jobs from many segments on one thread, batching whatever is waiting."""
 
-    def __init__(self, decode_fn: DecodeFn, max_batch: int) -> None:
-        self._decode_fn = decode_fn
+    def __init__(self, max_batch: int) -> None:
         self._max_batch = max_batch
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="codec")
-        self._pending: list[tuple[DecodeJob, asyncio.Future[np.ndarray]]] = []
+        self._pending: list[tuple[DecodeJob, asyncio.Future[DecodedJob]]] = []
         self._drainer: asyncio.Task[None] | None = None
 
-    async def decode(self, job: DecodeJob) -> np.ndarray:
+    async def decode(self, job: DecodeJob) -> DecodedJob:
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[np.ndarray] = loop.create_future()
+        future: asyncio.Future[DecodedJob] = loop.create_future()
         self._pending.append((job, future))
         if self._drainer is None or self._drainer.done():
             self._drainer = loop.create_task(self._drain())
@@ -152,9 +154,7 @@ class _CodecBatcher:
             del self._pending[: len(batch)]
             jobs = [job for job, _ in batch]
             try:
-                pcms = await loop.run_in_executor(
-                    self._executor, decode_jobs_batched, self._decode_fn, jobs
-                )
+                pcms = await loop.run_in_executor(self._executor, decode_jobs, jobs)
             except Exception as e:
                 for _, future in batch:
                     if not future.done():
@@ -179,7 +179,7 @@ class HiggsEngine:
         self,
         runner: TalkerRunner,
         tokenizer: HiggsTokenizer,
-        decode_fn: DecodeFn,
+        codec: StreamingCodec | CodecDecoder,
         *,
         model_id: str = "higgs-audio-v3",
         sample_rate: int = SAMPLE_RATE,
@@ -190,9 +190,11 @@ class HiggsEngine:
         self.sample_rate = sample_rate
         self._runner = runner
         self._tokenizer = tokenizer
-        self._decode_fn = decode_fn
+        if isinstance(codec, CodecDecoder):
+            codec = StreamingCodec(codec, max_slots=codec_batch)
+        self._stream_codec = codec
         self._chunking = chunking or get_preset(DEFAULT_PRESET)
-        self._codec = _CodecBatcher(decode_fn, codec_batch)
+        self._codec = _CodecBatcher(codec_batch)
         self._clone_voices: dict[str, CloneVoice] = {}
         self._running: set[str] = set()
         self._aborted: set[str] = set()
@@ -221,7 +223,7 @@ class HiggsEngine:
         CUDA device is present, else the reference runner. The codec always
         runs here, on ``device``, in ``codec_precision`` (``fp32``: chunked
         output equals whole decoding; ``tf32``/``bf16``: faster on CUDA), up to
-        ``codec_batch`` chunk windows per call.
+        ``codec_batch`` streams per call.
         """
         from realtime_engine.model.checkpoint import SafetensorsCheckpoint
         from realtime_engine.model.hub import resolve_model
@@ -262,7 +264,7 @@ class HiggsEngine:
         return cls(
             runner,
             tokenizer,
-            codec_decode_fn(codec),
+            codec,
             model_id=str(model),
             chunking=chunking,
             codec_batch=codec_batch,
@@ -321,7 +323,7 @@ class HiggsEngine:
         clock = _StageClock(request.timings)
         talker_request = self._talker_request(request, clock.talker)
         try:
-            decoder = StreamingDecoder(self._decode_fn, request.chunking or self._chunking)
+            validate_chunking(request.chunking or self._chunking)
         except InvalidChunkingError as e:
             raise EngineError(f"invalid chunking: {e}") from e
         request_id = request.request_id
@@ -332,6 +334,7 @@ class HiggsEngine:
             rows = self._runner.submit(talker_request)
         except TalkerError as e:
             raise EngineError(f"talker rejected {request_id!r}: {e}") from e
+        decoder = StreamingDecoder(self._stream_codec, request.chunking or self._chunking)
         self._running.add(request_id)
         try:
             async for row in rows:
@@ -347,6 +350,7 @@ class HiggsEngine:
         except (CodecInputError, StreamStateError) as e:
             raise EngineError(f"codec stream failed on {request_id!r}: {e}") from e
         finally:
+            decoder.close()
             self._running.discard(request_id)
             self._aborted.discard(request_id)
             aclose = getattr(rows, "aclose", None)
@@ -354,8 +358,8 @@ class HiggsEngine:
                 await aclose()
 
     async def _complete(self, decoder: StreamingDecoder, job: DecodeJob) -> np.ndarray:
-        pcm = await self._codec.decode(job)
-        return decoder.complete(job, pcm)
+        decoded = await self._codec.decode(job)
+        return decoder.complete(job, decoded)
 
     def stats(self) -> Any:
         """The runner's cumulative step counters (for /metrics), if it keeps any."""

@@ -36,6 +36,7 @@ from realtime_engine.codec.decoder import CodecDecoder, extract_codec_state, loa
 from realtime_engine.codec.layout import CODEC_PREFIX, CodecDims, random_codec_state_dict
 from realtime_engine.codec.playback import REAL_TIME_ROWS_PER_S, chunk_arrivals, simulate_playback
 from realtime_engine.codec.presets import DELAY_ROWS, PRESETS, chunk_schedule, first_chunk_rows
+from realtime_engine.codec.stream_core import StreamingCodec
 from realtime_engine.codec.streaming import StreamingDecoder, rows_to_frames
 from realtime_engine.engines.base import ChunkingParams
 from realtime_engine.talker.delay import apply_delay
@@ -78,10 +79,11 @@ def edge_error(
     codec: CodecDecoder, name: str, params: ChunkingParams, streams: int, frames: int, seed: int
 ) -> EdgeError:
     rng = np.random.default_rng(seed)
+    streaming = StreamingCodec(codec, max_slots=1)
     abs_errors, rel_errors, snrs = [], [], []
     for _ in range(streams):
         rows = random_rows(frames, rng)
-        decoder = StreamingDecoder(codec.decode_numpy, params)
+        decoder = StreamingDecoder(streaming, params)
         chunks = [c for row in rows for c in decoder.feed(row)] + decoder.finish()
         streamed = np.concatenate(chunks)
         whole = codec.decode_numpy(rows_to_frames(rows)[None])[0]

@@ -66,6 +66,9 @@ class CausalDac:
     def __init__(self, dac: DacDecoder) -> None:
         self.dac = dac
         specs: list[BufferSpec] = []
+        # per layer output, in order: (stride, lead) of an upsampling layer
+        # or (1, -reach) of a conv, for cutting the tail short (see tail()).
+        steps: list[tuple[int, int]] = [(1, -_conv_delay(dac.conv1))]
         delay = _conv_delay(dac.conv1)
         specs.append(BufferSpec(dac.conv1.in_channels, _conv_history(dac.conv1)))
         for block in _blocks(dac):
@@ -74,13 +77,35 @@ class CausalDac:
             assert conv_t.kernel_size[0] == 2 * stride, "needs kernel = 2 * stride"
             specs.append(BufferSpec(conv_t.out_channels, stride))  # partial sums
             delay = delay * stride + int(conv_t.padding[0])
+            steps.append((stride, int(conv_t.padding[0])))
             for unit in _units(block):
                 specs.append(BufferSpec(unit.conv1.in_channels, _conv_history(unit.conv1)))
                 specs.append(BufferSpec(unit.conv1.in_channels, _conv_delay(unit.conv1)))
                 delay += _conv_delay(unit.conv1)
+                steps.append((1, -_conv_delay(unit.conv1)))
         specs.append(BufferSpec(dac.conv2.in_channels, _conv_history(dac.conv2)))
+        steps.append((1, -_conv_delay(dac.conv2)))
         self.delay = delay + _conv_delay(dac.conv2)
         self.buffers = tuple(specs)
+        self._steps = tuple(steps)
+
+    def tail_lengths(self, samples: int) -> list[int]:
+        """Per layer output, how much of its tail the first ``samples``
+        samples of the output's tail depend on (counted from the tail's
+        start, which every layer anchors at the same place)."""
+        short = self.delay - samples  # samples at the end nobody needs
+        shorts = [short]
+        for stride, lead in reversed(self._steps[1:]):
+            if stride == 1:  # a conv reaching ``-lead`` samples to the right
+                short = max(0, short + lead)
+            else:  # output j needs inputs up to (j + lead) // stride
+                short = max(0, -((lead - 1 - short) // stride) - 1)
+            shorts.append(short)
+        full, lengths = 0, []
+        for (stride, lead), short in zip(self._steps, reversed(shorts), strict=True):
+            full = full * stride + lead if stride > 1 else full - lead
+            lengths.append(max(0, full - short))
+        return lengths
 
     def zero_state(self, batch: int, device: torch.device, dtype: torch.dtype) -> State:
         return [
@@ -94,19 +119,35 @@ class CausalDac:
         """x [B, C_in, n] (frames) -> (pcm [B, n * hop], the new state)."""
         return _Pass(self, state, frames_fed, final=False).run(x)
 
-    def tail(self, state: State, frames_fed: torch.Tensor) -> torch.Tensor:
+    def tail(
+        self, state: State, frames_fed: torch.Tensor, samples: int | None = None
+    ) -> torch.Tensor:
         """The last :attr:`delay` samples of a whole decode of the frames fed
-        so far: [B, delay]."""
+        so far, or only the first ``samples`` of them (computing only what
+        they depend on): [B, samples]."""
+        samples = self.delay if samples is None else samples
+        if not 0 < samples <= self.delay:
+            raise ValueError(f"samples must be in [1, {self.delay}]; got {samples}")
         x = state[0].new_zeros(state[0].shape[0], state[0].shape[1], 0)
-        pcm, _ = _Pass(self, state, frames_fed, final=True).run(x)
+        keep = self.tail_lengths(samples)
+        pcm, _ = _Pass(self, state, frames_fed, final=True, keep=keep).run(x)
         return pcm
 
 
 class _Pass:
     """One call through the layers: a step (``final=False``) or the tail."""
 
-    def __init__(self, net: CausalDac, state: State, frames_fed: torch.Tensor, final: bool) -> None:
+    def __init__(
+        self,
+        net: CausalDac,
+        state: State,
+        frames_fed: torch.Tensor,
+        final: bool,
+        keep: list[int] | None = None,
+    ) -> None:
         self.net = net
+        self.keep = keep or []
+        self.layer = 0
         self.old = state
         self.new: State = []
         self.frames_fed = frames_fed
@@ -128,10 +169,18 @@ class _Pass:
         return x[:, 0].to(self.old[0].dtype), self.new
 
     def _mask(self, x: torch.Tensor) -> torch.Tensor:
-        """Zero the samples before the utterance's start."""
+        """A layer's output: zero the samples before the utterance's start;
+        on a cut tail, drop the samples no wanted output depends on."""
+        # Only the first ``delay`` samples can lie before the start (frames_fed
+        # >= 0); x is always a fresh tensor here, so mask it in place.
+        head = min(x.shape[-1], self.delay)
         first = self.frames_fed * self.rate - self.delay  # [B]
-        pos = first[:, None, None] + torch.arange(x.shape[-1], device=x.device)
-        return x * (pos >= 0).to(x.dtype)
+        pos = first[:, None, None] + torch.arange(head, device=x.device)
+        x[..., :head].mul_((pos >= 0).to(x.dtype))
+        if self.keep:
+            x = x[..., : self.keep[self.layer]]
+        self.layer += 1
+        return x
 
     def _conv(self, conv: nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
         return self._mask(self._conv_unmasked(conv, x))
@@ -143,13 +192,15 @@ class _Pass:
         lead = int(conv.padding[0])
         partial = self._cached()
         n = x.shape[-1]
-        y = F.conv_transpose1d(x.to(partial.dtype), conv.weight, None, stride=stride)
-        y = torch.cat([y[..., :stride] + partial, y[..., stride:]], dim=-1)  # (n + 1) * stride
+        if n == 0:  # a cut tail may need only the cached partial sums
+            y = partial
+        else:
+            y = F.conv_transpose1d(x.to(partial.dtype), conv.weight, None, stride=stride)
+            y = torch.cat([y[..., :stride] + partial, y[..., stride:]], dim=-1)  # (n + 1) * s
         keep = n * stride + (lead if self.final else 0)
         self.new.append(y[..., n * stride :])
         out = y[..., :keep]
-        if conv.bias is not None:
-            out = out + conv.bias[:, None]
+        out = out + conv.bias[:, None] if conv.bias is not None else out.clone()
         self.rate *= stride
         self.delay = self.delay * stride + lead
         return self._mask(out)

@@ -1,8 +1,12 @@
 """Named streaming-codec chunkings (measured in docs/presets.md).
 
 ``first_chunk_frames`` small for early audio, ``chunk_frames`` large for
-efficiency, ``left_context_frames`` / ``right_holdback_frames`` the codec
-context on each side of the emitted frames (exact at >= 10 each).
+fewer, larger pieces of audio, ``right_holdback_frames`` the frames of right
+context a chunk waits for (exact at >= 10, the codec's receptive field;
+shorter holdbacks decode the chunk's right edge speculatively). The
+stateful codec always has the whole left context, so
+``left_context_frames`` no longer changes the audio; it stays in the
+parameters for compatibility.
 
 Between the first chunk and ``chunk_frames`` the sizes ramp up geometrically
 (``chunk_growth``): a chunk is never longer than what the talker, running at
@@ -99,10 +103,7 @@ def get_preset(name: str) -> ChunkingParams:
 
 def is_exact(params: ChunkingParams) -> bool:
     """Chunked output equals whole-utterance decoding."""
-    return (
-        params.left_context_frames >= RECEPTIVE_FIELD_FRAMES
-        and params.right_holdback_frames >= RECEPTIVE_FIELD_FRAMES
-    )
+    return params.right_holdback_frames >= RECEPTIVE_FIELD_FRAMES
 
 
 def first_chunk_rows(params: ChunkingParams) -> int:

@@ -130,13 +130,15 @@ class StreamingCodec:
         return pcm
 
     @torch.inference_mode()
-    def peek(self, slots: Slots) -> torch.Tensor:
+    def peek(self, slots: Slots, samples: int | None = None) -> torch.Tensor:
         """The last :attr:`delay` samples as if each stream ended now
-        [B, delay]; the state is unchanged."""
+        [B, delay], or only their first ``samples`` (cheaper: a chunk with
+        ``h`` frames of holdback needs ``delay - 960 h``); the state is
+        unchanged."""
         index = self._index(slots)
         state = [b.index_select(0, index) for b in self.state]
         with self.codec.compute_context():
-            return self.layers.tail(state, self.frames_fed.index_select(0, index))
+            return self.layers.tail(state, self.frames_fed.index_select(0, index), samples)
 
     def flush(self, slots: Slots) -> torch.Tensor:
         """End the streams: their last :attr:`delay` samples [B, delay]; the

@@ -71,6 +71,7 @@ class DecodeJob:
     emit_frames: int
     speculative: bool
     final: bool
+    edge_samples: int  # of the right edge the chunk needs (0: none)
 
     @property
     def new_frames(self) -> int:
@@ -228,6 +229,7 @@ class StreamingDecoder:
                 self.close()  # nothing left to play; no job will touch the slot
             return []
         committed_end = available * self.hop - self.codec.delay
+        speculative = not final and target * self.hop > committed_end
         job = DecodeJob(
             stream_id=self.stream_id,
             seq=self._planned,
@@ -237,8 +239,10 @@ class StreamingDecoder:
             first_frame=self._stepped,
             emit_start=self._emitted,
             emit_frames=pending,
-            speculative=not final and target * self.hop > committed_end,
+            speculative=speculative,
             final=final,
+            # a flush returns the whole edge; a peek only up to the chunk's end
+            edge_samples=self.codec.delay if final else max(0, target * self.hop - committed_end),
         )
         self._stepped = available
         self._emitted = target
@@ -262,9 +266,9 @@ class StreamingDecoder:
         lo = job.emit_start * self.hop - self._pcm_at
         hi = lo + job.emit_frames * self.hop
         available = self._pcm
-        if job.speculative or job.final:
-            if decoded.edge is None or decoded.edge.size != self.codec.delay:
-                raise CodecInputError("a flushed job needs the codec's right edge")
+        if job.edge_samples:
+            if decoded.edge is None or decoded.edge.size != job.edge_samples:
+                raise CodecInputError(f"the job needs {job.edge_samples} samples of right edge")
             available = np.concatenate([self._pcm, np.asarray(decoded.edge, np.float32)])
         chunk = available[lo:hi].copy()
         # Committed samples before the next chunk's start are never played:
@@ -341,12 +345,17 @@ def _decode_group(jobs: list[DecodeJob]) -> list[DecodedJob]:
         for job, row in zip(group, pcm, strict=True):
             committed[id(job)] = row
     edges: dict[int, np.ndarray] = {}
-    for flag, call in ((True, codec.flush), (False, codec.peek)):
-        group = [job for job in jobs if job.final == flag and (job.final or job.speculative)]
-        if group:
-            pcm = call([job.slot for job in group]).float().cpu().numpy()
-            for job, row in zip(group, pcm, strict=True):
-                edges[id(job)] = row
+    finals = [job for job in jobs if job.final]
+    if finals:
+        pcm = codec.flush([job.slot for job in finals]).float().cpu().numpy()
+        edges.update((id(job), row) for job, row in zip(finals, pcm, strict=True))
+    peeks: dict[int, list[DecodeJob]] = {}
+    for job in jobs:
+        if job.speculative:
+            peeks.setdefault(job.edge_samples, []).append(job)
+    for samples, group in peeks.items():
+        pcm = codec.peek([job.slot for job in group], samples).float().cpu().numpy()
+        edges.update((id(job), row) for job, row in zip(group, pcm, strict=True))
     return [DecodedJob(committed[id(job)], edges.get(id(job))) for job in jobs]
 
 

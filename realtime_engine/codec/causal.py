@@ -134,6 +134,22 @@ class CausalDac:
         return pcm
 
 
+def _conv_transpose_2s(x: torch.Tensor, weight: torch.Tensor, stride: int) -> torch.Tensor:
+    """conv_transpose1d for kernel 2 * stride, no bias: [B, C_in, n] ->
+    [B, C_out, (n + 1) * stride] (fresh). One matmul, then each input's two
+    halves overlap-added; PyTorch's CPU transposed convolution takes a path
+    ~10x slower for some short inputs, which are the streaming shapes."""
+    batch, _, n = x.shape
+    c_out = weight.shape[1]
+    cols = torch.matmul(x.transpose(1, 2), weight.reshape(weight.shape[0], -1))
+    halves = cols.reshape(batch, n, c_out, 2, stride).permute(3, 0, 2, 1, 4)
+    halves = halves.reshape(2, batch, c_out, n * stride)
+    y = x.new_zeros(batch, c_out, (n + 1) * stride)
+    y[..., : n * stride] = halves[0]
+    y[..., stride:] += halves[1]
+    return y
+
+
 class _Pass:
     """One call through the layers: a step (``final=False``) or the tail."""
 
@@ -195,8 +211,8 @@ class _Pass:
         if n == 0:  # a cut tail may need only the cached partial sums
             y = partial
         else:
-            y = F.conv_transpose1d(x.to(partial.dtype), conv.weight, None, stride=stride)
-            y = torch.cat([y[..., :stride] + partial, y[..., stride:]], dim=-1)  # (n + 1) * s
+            y = _conv_transpose_2s(x.to(partial.dtype), conv.weight, stride)
+            y[..., :stride] += partial
         keep = n * stride + (lead if self.final else 0)
         self.new.append(y[..., n * stride :])
         out = y[..., :keep]
@@ -207,10 +223,18 @@ class _Pass:
 
     def _residual(self, unit: ResidualUnit, x: torch.Tensor) -> torch.Tensor:
         branch = unit.conv2(unit.snake2(self._conv_unmasked(unit.conv1, unit.snake1(x))))
-        skip_cache = self._cached()
-        skip = torch.cat([skip_cache, x.to(skip_cache.dtype)], dim=-1)
-        self.new.append(skip[..., x.shape[-1] :])
-        return self._mask(skip[..., : branch.shape[-1]] + branch)
+        cache = self._cached()  # the skip path's last ``lag`` inputs
+        lag, n = cache.shape[-1], x.shape[-1]
+        x = x.to(cache.dtype)
+        if n < lag:
+            skip = torch.cat([cache, x], dim=-1)
+            self.new.append(skip[..., n:])
+            return self._mask(skip[..., : branch.shape[-1]] + branch)
+        # branch is fresh: add the delayed skip into it without a concatenation
+        self.new.append(x[..., n - lag :])
+        branch[..., :lag] += cache
+        branch[..., lag:] += x[..., : branch.shape[-1] - lag]
+        return self._mask(branch)
 
     def _conv_unmasked(self, conv: nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
         """Causal conv over [cache, x]; on the tail, right zero padding too.

@@ -5,8 +5,9 @@ StreamingDecoder and compared with a whole-utterance decode of the same
 frames (max abs error and error relative to the utterance peak). The
 first-audio cost is the number of talker rows needed before the first chunk
 (7 delay rows + first_chunk_frames + holdback), also in ms at a given row
-rate. Decode time per chunk is measured on this machine for the first and
-steady-state window lengths. The playback table runs each preset's chunk
+rate. ``--timing`` times whole decodes of the first and steady-state window
+lengths the previous windowed decoder used (for comparison; the stateful
+codec's compute is measured by ``realtime_engine.tools.measure_codec_compute``). The playback table runs each preset's chunk
 schedule, with and without the chunk-size ramp, through the client playback
 simulator at a few talker speeds (multiples of real time, 25 rows/s).
 

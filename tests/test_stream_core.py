@@ -24,7 +24,10 @@ from hypothesis import strategies as st
 from realtime_engine.codec.decoder import CodecDecoder, load_codec_decoder
 from realtime_engine.codec.errors import CodecInputError
 from realtime_engine.codec.layout import CodecDims, random_codec_state_dict
-from realtime_engine.codec.stream_core import StreamingCodec
+from realtime_engine.codec.stream_core import StreamingCodec, frames_from_rows
+from realtime_engine.codec.streaming import rows_to_frames
+from realtime_engine.talker.delay import apply_delay
+from realtime_engine.talker.types import BOC, EOC
 
 HOP = 960
 EXACT_F64 = 1e-9
@@ -287,3 +290,24 @@ def test_numpy_whole_decode_matches(codec32: CodecDecoder) -> None:
     a = codec32.decode_numpy(codes[None].numpy())[0]
     b = whole(codec32, codes).numpy()
     assert np.array_equal(a, b)
+
+
+@settings(max_examples=20, deadline=None)
+@given(lengths=st.lists(st.integers(1, 12), min_size=1, max_size=4), seed=st.integers(0, 999))
+def test_device_de_delay_equals_the_host_one(lengths: list[int], seed: int) -> None:
+    """frames_from_rows, one frame per stream per call from padded row
+    buffers, gives the frames rows_to_frames gives (stray BOC/EOC -> 0)."""
+    rng = np.random.default_rng(seed)
+    raws = [rng.integers(0, 1024, size=(n, 8)) for n in lengths]
+    for raw in raws:
+        stray = rng.random(raw.shape) < 0.1
+        stray[:, 0] = False
+        raw[stray] = rng.choice([BOC, EOC, -1], size=int(stray.sum()))
+    rows = [apply_delay(raw) for raw in raws]
+    buffer = torch.full((len(rows), max(len(r) for r in rows), 8), -7, dtype=torch.int64)
+    for i, r in enumerate(rows):
+        buffer[i, : len(r)] = torch.from_numpy(r)
+    for t in range(min(lengths)):
+        got = frames_from_rows(buffer, torch.full((len(rows),), t))
+        for i, r in enumerate(rows):
+            assert got[i, :, 0].tolist() == rows_to_frames(r)[:, t].tolist()

@@ -355,6 +355,42 @@ def test_stream_ends_at_codebook0_eoc_without_finish(
         decoder.feed(garbage[0])  # finish() was called
 
 
+@settings(max_examples=20, deadline=None)
+@given(
+    frames=st.integers(0, 30),
+    tail=st.integers(0, 12),
+    call_finish=st.booleans(),
+    params=any_chunking,
+    seed=st.integers(0, 999),
+)
+def test_eoc_in_codebook0_ends_the_stream_wherever_it_falls(
+    core: StreamingCodec,
+    codec64: CodecDecoder,
+    frames: int,
+    tail: int,
+    call_finish: bool,
+    params: ChunkingParams,
+    seed: int,
+) -> None:
+    """The talker's stop marker (EOC in codebook 0 of row T) ends a T-frame
+    utterance: its T frames play, ramp-down rows after it are ignored, and
+    finish() afterwards adds nothing; the slot is given back."""
+    rows = utterance_rows(frames, seed)
+    assert rows[frames, 0] == EOC  # the marker sits in row T
+    ramp_down = np.random.default_rng(seed).integers(0, 1024, size=(tail, 8))
+    rows = np.concatenate([rows, ramp_down])
+    before = core.slots.in_use
+    decoder = StreamingDecoder(core, params)
+    chunks = [c for row in rows for c in decoder.feed(row)]
+    assert decoder.done and core.slots.in_use == before
+    if call_finish:
+        assert decoder.finish() == []
+    out = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
+    assert out.size == frames * HOP
+    if is_exact(params):
+        assert peak_error(out, whole(codec64, rows)) < EXACT
+
+
 def test_without_stop_at_eoc_every_complete_frame_is_decoded(core: StreamingCodec) -> None:
     rows = np.concatenate([utterance_rows(6, seed=5), np.zeros((4, 8), np.int64)])
     decoder = StreamingDecoder(core, get_preset("exact"), stop_at_eoc=False)

@@ -164,6 +164,23 @@ class StreamingCodec:
             )
 
 
+def frames_from_rows(
+    rows: torch.Tensor, frame: torch.Tensor, codebook_size: int = 1024
+) -> torch.Tensor:
+    """De-delay on the device: ``rows`` [B, R, Q] (each stream's delay-
+    patterned rows so far, row ``t + c`` holding codebook ``c`` of frame
+    ``t``), ``frame`` [B] (the frame each stream completes; its row
+    ``frame + Q - 1`` must be in ``rows``) -> clean codes [B, Q, 1] for
+    :meth:`StreamingCodec.step`. BOC/EOC and negative codes become 0, as in
+    ``streaming.clean_codes``. Fixed shapes, no host synchronisation."""
+    q = rows.shape[-1]
+    books = torch.arange(q, device=rows.device)
+    index = frame.to(rows.device, torch.int64)[:, None] + books  # [B, Q] row of each code
+    codes = rows[torch.arange(rows.shape[0], device=rows.device)[:, None], index, books]
+    codes = torch.where((codes < 0) | (codes >= codebook_size), torch.zeros_like(codes), codes)
+    return codes.to(torch.int64)[:, :, None]
+
+
 class SlotPool:
     """Hands out slot numbers of a :class:`StreamingCodec` to host-side
     streams. Numbers only: whoever decodes resets a slot before its first

@@ -7,9 +7,10 @@ first-audio cost is the number of talker rows needed before the first chunk
 (7 delay rows + first_chunk_frames + holdback), also in ms at a given row
 rate. ``--timing`` times whole decodes of the first and steady-state window
 lengths the previous windowed decoder used (for comparison; the stateful
-codec's compute is measured by ``realtime_engine.tools.measure_codec_compute``). The playback table runs each preset's chunk
-schedule, with and without the chunk-size ramp, through the client playback
-simulator at a few talker speeds (multiples of real time, 25 rows/s).
+codec's compute is measured by ``realtime_engine.tools.measure_codec_compute``).
+The playback table runs each preset's chunk schedule, with and without the
+chunk-size ramp, through the client playback simulator at a few talker
+speeds (multiples of real time, 25 rows/s).
 
     python -m realtime_engine.tools.measure_presets --dims tiny --streams 40
     python -m realtime_engine.tools.measure_presets --dims real --streams 3 --timing

@@ -172,7 +172,8 @@ def load_codec_encoder(
     """Build the encoder from bundled-layout tensors (keys relative to the codec root)."""
     dims, required = validate_encoder_state(state)
     sd = normalize_weight_norm_keys(dict(state))
-    module = CodecEncoder(dims)
+    with torch.device("meta"):  # no random init of ~160 M parameters
+        module = CodecEncoder(dims)
     hubert_names = hubert_state_keys(module.semantic_model)
     tensors: dict[str, torch.Tensor] = {}
     for key in required:
@@ -186,5 +187,5 @@ def load_codec_encoder(
         if key.startswith(SEMANTIC_PREFIX):
             name = SEMANTIC_PREFIX + hubert_names[key]
         tensors[name] = value
-    module.load_state_dict(tensors, strict=True)
+    module.load_state_dict(tensors, strict=True, assign=True)
     return module.to(device).eval()

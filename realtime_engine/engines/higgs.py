@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from realtime_engine.codec.decoder import CodecDecoder
+from realtime_engine.codec.encoder import CodecEncoder
 from realtime_engine.codec.errors import CodecInputError, InvalidChunkingError, StreamStateError
 from realtime_engine.codec.presets import DEFAULT_PRESET, get_preset
 from realtime_engine.codec.streaming import (
@@ -35,9 +36,11 @@ from realtime_engine.engines.base import (
     SegmentTimings,
     UnsupportedVoiceError,
     VoiceInfo,
+    VoiceReference,
 )
 from realtime_engine.model.prompts import PromptError, build_clone_prompt, build_zero_shot_prompt
 from realtime_engine.model.tokenizer import HiggsTokenizer
+from realtime_engine.talker.delay import revert_delay, sanitize_codes
 from realtime_engine.talker.types import (
     NUM_CODEBOOKS,
     TalkerError,
@@ -185,6 +188,7 @@ class HiggsEngine:
         sample_rate: int = SAMPLE_RATE,
         chunking: ChunkingParams | None = None,
         codec_batch: int = 16,
+        encoder: CodecEncoder | None = None,
     ) -> None:
         self.model_id = model_id
         self.sample_rate = sample_rate
@@ -194,6 +198,10 @@ class HiggsEngine:
         self._chunking = chunking or get_preset(DEFAULT_PRESET)
         self._codec = _CodecBatcher(decode_fn, codec_batch)
         self._clone_voices: dict[str, CloneVoice] = {}
+        self._encoder = encoder
+        # Reference encoding has its own thread: a clip never delays codec chunks.
+        self._encoder_thread = ThreadPoolExecutor(1, thread_name_prefix="voice-encoder")
+        self.reference_encodes = 0  # clips run through the encoder (cache misses)
         self._running: set[str] = set()
         self._aborted: set[str] = set()
         self._started = False
@@ -243,6 +251,7 @@ class HiggsEngine:
 
                 loaded = load_talker(model, device=dev, dtype=dtype)
                 tokenizer, codec = loaded.tokenizer, _require_codec(loaded.codec, model)
+                path = loaded.path
                 runner = ReferenceRunner(
                     loaded.model,
                     dev,
@@ -257,6 +266,7 @@ class HiggsEngine:
                 codec = _require_codec(load_codec(SafetensorsCheckpoint(path), device=dev), model)
                 runner = create_talker_runner(path, backend, **(runner_options or {}))
             codec.set_precision(codec_precision)
+            encoder = load_reference_encoder(path, dev)
         except (OSError, ValueError) as e:
             raise EngineError(f"cannot load {model!s}: {e}") from e
         return cls(
@@ -266,9 +276,31 @@ class HiggsEngine:
             model_id=str(model),
             chunking=chunking,
             codec_batch=codec_batch,
+            encoder=encoder,
         )
 
     # ------------------------------------------------------------ voices
+    @property
+    def supports_voice_cloning(self) -> bool:
+        return self._encoder is not None
+
+    async def encode_reference(self, pcm: np.ndarray, sample_rate: int) -> np.ndarray:
+        """Codec codes ``[frames, 8]`` of a reference clip (mono float32), off the loop."""
+        encoder = self._encoder
+        if encoder is None:
+            raise UnsupportedVoiceError(
+                f"the {self.name} engine on {self.model_id} has no codec encoder; "
+                "it cannot clone voices"
+            )
+        loop = asyncio.get_running_loop()
+        self.reference_encodes += 1
+        try:
+            return await loop.run_in_executor(
+                self._encoder_thread, encoder.encode_clip, pcm, sample_rate
+            )
+        except CodecInputError as e:
+            raise ValueError(str(e)) from e
+
     def voices(self) -> list[VoiceInfo]:
         builtin = VoiceInfo(DEFAULT_VOICE, "the model's own voice (zero-shot)", builtin=True)
         cloned = [
@@ -287,17 +319,32 @@ class HiggsEngine:
             raise UnsupportedVoiceError(f"voice {voice_id!r}: {e}") from e
         self._clone_voices[voice_id] = voice
 
-    def _prompt(self, request: SegmentRequest) -> TalkerPrompt:
-        text = speed_tag(request.speed) + request.text
-        try:
-            if request.voice == DEFAULT_VOICE:
-                return build_zero_shot_prompt(self._tokenizer, text)
+    def _reference(self, request: SegmentRequest) -> VoiceReference | None:
+        """The voice to clone: the request's own, a registered one, or the context's anchor."""
+        if request.reference is not None:
+            return request.reference
+        if request.voice != DEFAULT_VOICE:
             voice = self._clone_voices.get(request.voice)
             if voice is None:
                 raise UnsupportedVoiceError(f"unknown voice {request.voice!r}")
-            return build_clone_prompt(self._tokenizer, text, voice.ref_codes, voice.ref_text)
+            return VoiceReference(voice.ref_codes, voice.ref_text)
+        if request.continuity is not None:
+            return request.continuity.anchor()
+        return None
+
+    def _prompt(self, request: SegmentRequest) -> TalkerPrompt:
+        text = speed_tag(request.speed) + request.text
+        reference = self._reference(request)
+        try:
+            if reference is None:
+                return build_zero_shot_prompt(self._tokenizer, text)
+            return build_clone_prompt(self._tokenizer, text, reference.codes, reference.text)
         except PromptError as e:
             raise EngineError(f"cannot build a prompt: {e}") from e
+
+    def prompt_for(self, request: SegmentRequest) -> TalkerPrompt:
+        """The talker prompt ``request`` gets now (tests, tools)."""
+        return self._prompt(request)
 
     # ------------------------------------------------------------ synthesis
     def _talker_request(
@@ -333,13 +380,22 @@ class HiggsEngine:
         except TalkerError as e:
             raise EngineError(f"talker rejected {request_id!r}: {e}") from e
         self._running.add(request_id)
+        # Rows are kept only while they may still become the context's anchor.
+        continuity = request.continuity
+        keep = continuity is not None and not continuity.settled and request.reference is None
+        kept: list[np.ndarray] = []
         try:
             async for row in rows:
                 clock.row()
+                if keep:
+                    kept.append(row)
                 for job in decoder.plan_feed(row):
                     yield clock.chunk(await self._complete(decoder, job))
             if request_id in self._aborted:
                 return
+            if keep and continuity is not None and len(kept) >= NUM_CODEBOOKS:
+                codes = sanitize_codes(revert_delay(np.stack(kept).astype(np.int64)))
+                continuity.record(codes, request.text)
             for job in decoder.plan_finish():
                 yield clock.chunk(await self._complete(decoder, job))
         except TalkerError as e:
@@ -385,3 +441,16 @@ class HiggsEngine:
     async def close(self) -> None:
         await self._runner.close()
         self._codec.close()
+        self._encoder_thread.shutdown(wait=False, cancel_futures=True)
+
+
+def load_reference_encoder(model_dir: Path, device: torch.device) -> CodecEncoder | None:
+    """The bundled codec encoder, when the checkpoint carries one (voice cloning)."""
+    from realtime_engine.codec.encoder import load_codec_encoder
+    from realtime_engine.codec.hubert import SEMANTIC_PREFIX
+    from realtime_engine.model.checkpoint import CodecView, SafetensorsCheckpoint
+
+    view = CodecView(SafetensorsCheckpoint(model_dir))
+    if not any(key.startswith(SEMANTIC_PREFIX) for key in view):
+        return None
+    return load_codec_encoder(dict(view), device=device)

@@ -57,8 +57,15 @@ def _default_voices(state: GatewayState) -> VoiceRegistry | None:
     library = getattr(voices, "VoiceLibrary", None)
     if library is None:
         return None
+    settings = state.settings
+    store = None
+    if settings.voice_dir:
+        store = voices.VoiceStore(settings.voice_dir)
     registry: VoiceRegistry = library(
-        state.engine, max_reference_seconds=state.settings.limits.max_reference_seconds
+        state.engine,
+        max_reference_seconds=settings.limits.max_reference_seconds,
+        max_cached=settings.voice_cache_entries,
+        store=store,
     )
     return registry
 
@@ -306,7 +313,7 @@ async def _serve_session(
     key_id = admitted
     config = SessionConfig(id=f"sess_{secrets.token_hex(12)}", model=state.model_name)
     pipeline = SessionPipeline(
-        state, config, segmenter_factory, quota=KeyContextQuota(state, key_id)
+        state, config, segmenter_factory, quota=KeyContextQuota(state, key_id), key_id=key_id
     )
     state.admission.open_session(key_id)
     state.metrics.sessions_total.inc()

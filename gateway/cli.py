@@ -73,6 +73,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-sessions", type=int, help="concurrent WebSocket sessions")
     serve.add_argument("--max-contexts", type=int, help="open contexts per session")
     serve.add_argument("--idle-timeout", type=float, help="seconds before an idle session closes")
+    serve.add_argument(
+        "--voice-dir",
+        help="directory where encoded voices persist across restarts (default: memory only)",
+    )
+    serve.add_argument(
+        "--voice-cache", type=int, help="encoded voices kept in memory (least recently used out)"
+    )
     serve.add_argument("--log-level", default="info")
     commands.add_parser(
         "bench",
@@ -144,6 +151,8 @@ def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
         port=args.port,
         api_keys=tuple(args.api_keys) if args.api_keys else None,
         limits=limits,
+        voice_dir=getattr(args, "voice_dir", None),
+        voice_cache_entries=getattr(args, "voice_cache", None),
     )
 
 

@@ -36,6 +36,7 @@ from gateway.protocol import (
 )
 from gateway.protocol_audio_delta import AudioDeltaWriter
 from gateway.session import EndContext, Flush, OpenContext, Speak, error_event
+from gateway.voices import VoiceNotFoundError
 from realtime_engine.audio.encoder import AudioEncoder, EncodedFrame
 from realtime_engine.engines.base import (
     ChunkingParams,
@@ -45,17 +46,25 @@ from realtime_engine.engines.base import (
     SegmentTimings,
     SpeechEngine,
     UnsupportedVoiceError,
+    VoiceReference,
 )
+from realtime_engine.engines.continuity import VoiceContinuity
 from realtime_engine.talker.types import NUM_CODEBOOKS, TalkerSampling
 
 log = logging.getLogger("gateway.contexts")
+VoiceResolver = Callable[[str], Awaitable[VoiceReference | None]]
 
 # Higgs codec frames per second; caps a segment's engine budget.
 CODEC_FRAMES_PER_S = 25
 
 
 def to_engine_request(
-    request_id: str, spec: OpenContext, text: str, timings: SegmentTimings | None = None
+    request_id: str,
+    spec: OpenContext,
+    text: str,
+    timings: SegmentTimings | None = None,
+    reference: VoiceReference | None = None,
+    continuity: VoiceContinuity | None = None,
 ) -> SegmentRequest:
     cfg = spec.config
     chunking = None
@@ -76,6 +85,8 @@ def to_engine_request(
         # The delay pattern spends NUM_CODEBOOKS - 1 extra rows before the last frame.
         max_new_tokens=math.ceil(cfg.max_audio_seconds * CODEC_FRAMES_PER_S) + NUM_CODEBOOKS - 1,
         timings=timings,
+        reference=reference,
+        continuity=continuity,
     )
 
 
@@ -92,6 +103,7 @@ class ContextWorker:
         stall_timeout_s: float = 60.0,
         on_closed: Callable[[ContextWorker, str], None],
         on_queue_change: Callable[[int], None] = lambda delta: None,
+        resolve_voice: VoiceResolver | None = None,
     ) -> None:
         self.spec = spec
         self.key = spec.key
@@ -110,6 +122,11 @@ class ContextWorker:
         self._on_closed = on_closed
         self._on_queue_change = on_queue_change
         self._queued_segments = 0
+        self._resolve_voice = resolve_voice
+        self._voice_resolved = False
+        self._reference: VoiceReference | None = None
+        # One voice across the context's segments (realtime_engine.engines.continuity).
+        self._continuity = VoiceContinuity()
         # Bounded upstream: the session caps a context's text (max_text_chars_per_context).
         self._inbox: asyncio.Queue[Speak | Flush | EndContext] = asyncio.Queue()
         out = spec.config.output
@@ -175,7 +192,14 @@ class ContextWorker:
     async def _fail(self, exc: Exception) -> None:
         if self.current_request is not None:
             await self._engine.abort(self.current_request)
-        if isinstance(exc, UnsupportedVoiceError):
+        if isinstance(exc, VoiceNotFoundError):
+            detail = ErrorDetail(
+                type="invalid_request_error",
+                code=ErrorCode.VOICE_NOT_FOUND,
+                message=str(exc),
+                param="session.voice",
+            )
+        elif isinstance(exc, UnsupportedVoiceError):
             detail = ErrorDetail(
                 type="invalid_request_error", code=ErrorCode.VOICE_UNSUPPORTED, message=str(exc)
             )
@@ -227,7 +251,14 @@ class ContextWorker:
             return
         request_id = f"{self._session_id}:{self.key}:{item.index}"
         timings = SegmentTimings()
-        request = to_engine_request(request_id, self.spec, item.text, timings)
+        if not self._voice_resolved:
+            # Once per context: a voice deleted mid-reply still finishes the reply.
+            if self._resolve_voice is not None:
+                self._reference = await self._resolve_voice(self.spec.config.voice)
+            self._voice_resolved = True
+        request = to_engine_request(
+            request_id, self.spec, item.text, timings, self._reference, self._continuity
+        )
         cap = int(self.spec.config.max_audio_seconds * self._engine.sample_rate)
         produced = 0
         started = False

@@ -35,12 +35,12 @@ def error_response(error: ApiError, state: GatewayState) -> JSONResponse:
     return JSONResponse(error.body(), status_code=error.status)
 
 
-def authenticate(request: Request, state: GatewayState) -> None:
-    """Bearer key (or an ephemeral ``?token=``) when the server has keys."""
+def authenticate(request: Request, state: GatewayState) -> str:
+    """Bearer key (or an ephemeral ``?token=``) when the server has keys; the caller's key id."""
     try:
-        state.auth.authenticate(
+        return state.auth.authenticate(
             request.headers.get("authorization"), request.query_params.get("token")
-        )
+        ).key_id
     except AuthError as e:
         raise ApiError(
             401, ErrorDetail(type="authentication_error", code=e.code, message=e.message)

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from gateway.auth import ANONYMOUS
 from gateway.contexts import ContextWorker
 from gateway.outbound import Outbound, OutCancelled, OutClose, OutEvent, Outgoing
 from gateway.protocol import (
@@ -67,14 +68,16 @@ class SessionPipeline:
         config: SessionConfig,
         segmenter_factory: SegmenterFactory,
         quota: ContextQuota | None = None,
+        key_id: str = ANONYMOUS,
     ) -> None:
         self.state = state
         self.session_id = config.id
+        self.key_id = key_id  # voices are per API key
         self.session = Session(
             config,
             state.settings.limits,
             segmenter_factory,
-            state.voices.has,
+            lambda voice_id: state.voices.has(voice_id, key_id),
             quota,
         )
         self.outbound = Outbound(state.settings.outbound_queue_items, state.metrics)
@@ -164,6 +167,7 @@ class SessionPipeline:
             stall_timeout_s=settings.engine_stall_timeout_s,
             on_closed=self._worker_closed,
             on_queue_change=self.state.metrics.queue_depth.inc,
+            resolve_voice=lambda voice_id: self.state.voices.reference(voice_id, self.key_id),
         )
         self.workers[spec.key] = worker
         self.state.metrics.contexts_active.inc()
@@ -211,7 +215,9 @@ class SessionPipeline:
 
     async def _create_voice(self, action: CreateVoice) -> None:
         try:
-            created = await self.state.voices.create(action.audio, action.text, action.voice_id)
+            created = await self.state.voices.create(
+                action.audio, action.text, action.voice_id, self.key_id
+            )
         except UnsupportedVoiceError as e:
             await self._send_error(ErrorCode.VOICE_UNSUPPORTED, str(e), action.reply_to)
         except ValueError as e:

@@ -40,6 +40,10 @@ class GatewaySettings(BaseModel):
     engine_stall_timeout_s: float = Field(default=60.0, gt=0)
     # PCM chunks longer than this are encoded on a worker thread.
     encode_inline_max_ms: float = Field(default=60.0, ge=0)
+    # Encoded voices kept in memory (least recently used out first).
+    voice_cache_entries: int = Field(default=1024, ge=1)
+    # Where encoded voices persist across restarts; none when empty.
+    voice_dir: str = ""
 
     @classmethod
     def from_env(cls, **overrides: object) -> GatewaySettings:

@@ -8,7 +8,7 @@ from typing import Protocol
 from gateway.auth import ANONYMOUS, Authenticator
 from gateway.metrics import GatewayMetrics
 from gateway.settings import GatewaySettings
-from realtime_engine.engines.base import SpeechEngine, UnsupportedVoiceError
+from realtime_engine.engines.base import SpeechEngine, UnsupportedVoiceError, VoiceReference
 
 
 @dataclass(frozen=True)
@@ -20,13 +20,20 @@ class CreatedVoice:
 
 
 class VoiceRegistry(Protocol):
-    """Where voice ids resolve; HTTP ``/v1/voices`` and WS ``voice.create`` share it."""
+    """Where voice ids resolve, per API key; HTTP ``/v1/voices`` and WS
+    ``voice.create`` share it."""
 
-    def has(self, voice_id: str) -> bool: ...
+    def has(self, voice_id: str, key_id: str = ANONYMOUS) -> bool: ...
 
-    async def create(self, audio: bytes, text: str | None, voice_id: str | None) -> CreatedVoice:
+    async def create(
+        self, audio: bytes, text: str | None, voice_id: str | None, key_id: str = ANONYMOUS
+    ) -> CreatedVoice:
         """Encode a reference clip; raise ``ValueError`` (bad clip) or
         ``UnsupportedVoiceError`` (the engine cannot clone)."""
+        ...
+
+    async def reference(self, voice_id: str, key_id: str = ANONYMOUS) -> VoiceReference | None:
+        """The cloned voice's codes; None for a built-in voice; ``ValueError`` if unknown."""
         ...
 
 
@@ -36,11 +43,18 @@ class EngineVoices:
     def __init__(self, engine: SpeechEngine) -> None:
         self._engine = engine
 
-    def has(self, voice_id: str) -> bool:
+    def has(self, voice_id: str, key_id: str = ANONYMOUS) -> bool:
         return voice_id == "default" or any(v.voice_id == voice_id for v in self._engine.voices())
 
-    async def create(self, audio: bytes, text: str | None, voice_id: str | None) -> CreatedVoice:
+    async def create(
+        self, audio: bytes, text: str | None, voice_id: str | None, key_id: str = ANONYMOUS
+    ) -> CreatedVoice:
         raise UnsupportedVoiceError(f"the {self._engine.name} engine cannot create voices")
+
+    async def reference(self, voice_id: str, key_id: str = ANONYMOUS) -> VoiceReference | None:
+        if not self.has(voice_id):
+            raise ValueError(f"no voice named {voice_id!r}")
+        return None
 
 
 @dataclass

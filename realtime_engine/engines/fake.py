@@ -113,7 +113,8 @@ class FakeEngine:
     async def synthesize(self, request: SegmentRequest) -> AsyncIterator[np.ndarray]:
         cfg = self.config
         self.log.requests.append(request)
-        if request.voice not in cfg.voices:
+        # A cloned voice travels as its reference; the tone ignores it.
+        if request.reference is None and request.voice not in cfg.voices:
             self.log.failed.append(request.request_id)
             raise UnsupportedVoiceError(f"unknown voice {request.voice!r}")
         aborted = self._abort_events.setdefault(request.request_id, asyncio.Event())

@@ -287,3 +287,62 @@ def test_prefill_is_stamped_when_the_first_row_arrives(
     assert rows.shape == (9, 8)
     assert timings.prefilled is not None
     assert submitted < timings.prefilled < time.perf_counter()
+
+
+@pytest.fixture(scope="module")
+def clone_prompts(tiny_checkpoint: Path, tokenizer: HiggsTokenizer) -> list[TalkerPrompt]:
+    """Clone prompts as the engine builds them: a reference clip through the codec
+    encoder, and a later segment of a context anchored on the first one's codes."""
+    from realtime_engine.codec.encoder import load_codec_encoder
+    from realtime_engine.engines.continuity import VoiceContinuity
+    from realtime_engine.model.checkpoint import CodecView, SafetensorsCheckpoint
+    from realtime_engine.model.loader import load_talker
+    from realtime_engine.talker.delay import sanitize_codes
+    from realtime_engine.talker.reference_runner import ReferenceRunner
+
+    encoder = load_codec_encoder(dict(CodecView(SafetensorsCheckpoint(tiny_checkpoint))))
+    t = np.arange(24_000) / 24_000
+    clip = (0.3 * np.sin(2 * np.pi * 180 * t) * np.sin(2 * np.pi * 3 * t)).astype(np.float32)
+    encoded = encoder.encode_clip(clip)
+    assert encoded.shape == (25, 8)
+    from_clip = build_clone_prompt(tokenizer, "thank you", encoded, ref_text="a tone")
+
+    tiny = load_talker(tiny_checkpoint, with_codec=False)
+
+    async def first_segment() -> np.ndarray:
+        runner = ReferenceRunner(tiny.model)
+        try:
+            prompt = build_zero_shot_prompt(tokenizer, TEXTS[0])
+            return await collect(runner.submit(TalkerRequest("seg1", prompt, GREEDY, 16)))
+        finally:
+            await runner.close()
+
+    continuity = VoiceContinuity(min_frames=1, max_frames=20)
+    continuity.record(sanitize_codes(revert_delay(asyncio.run(first_segment()))), TEXTS[0])
+    anchor = continuity.anchor()
+    assert anchor is not None
+    continued = build_clone_prompt(tokenizer, TEXTS[2], anchor.codes, anchor.text)
+    return [from_clip, continued]
+
+
+def test_greedy_rows_equal_the_reference_for_engine_clone_prompts(
+    engine: tuple[Any, LoopThread], tiny_checkpoint: Path, clone_prompts: list[TalkerPrompt]
+) -> None:
+    from realtime_engine.model.loader import load_talker
+    from realtime_engine.talker.reference_runner import ReferenceRunner
+
+    tiny = load_talker(tiny_checkpoint, with_codec=False)
+
+    async def reference(prompt: TalkerPrompt) -> np.ndarray:
+        runner = ReferenceRunner(tiny.model)
+        try:
+            return await collect(runner.submit(TalkerRequest("ref", prompt, GREEDY, 20)))
+        finally:
+            await runner.close()
+
+    runner, loops = engine
+    for i, prompt in enumerate(clone_prompts):
+        expected = asyncio.run(reference(prompt))
+        got = loops.run(generate(runner, TalkerRequest(f"clone{i}", prompt, GREEDY, 20)))
+        assert got.shape == (20, 8)
+        np.testing.assert_array_equal(got, expected, err_msg=f"clone prompt {i}")

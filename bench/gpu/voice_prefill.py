@@ -146,7 +146,7 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             await engine.close()
     zero = report["levels"].get("0s", {}).get("first_chunk")
-    for name, level in report["levels"].items():
+    for level in report["levels"].values():
         if zero and "first_chunk" in level:
             level["ttfa_p50_over_zero_shot_ms"] = round(
                 level["first_chunk"]["p50_ms"] - zero["p50_ms"], 2

@@ -154,3 +154,45 @@ def test_continuity_keeps_the_last_frames_without_the_transcript() -> None:
     assert np.array_equal(anchor.codes, codes[-4:])
     with pytest.raises(ValueError):
         VoiceContinuity(min_frames=5, max_frames=4)
+
+
+async def test_a_broken_bundled_encoder_turns_cloning_off_naming_the_tensor(
+    tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from realtime_engine.codec.layout import CODEC_PREFIX
+    from realtime_engine.engines.base import UnsupportedVoiceError
+
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(tiny_checkpoint / name, tmp_path / name)
+    state = load_file(str(tiny_checkpoint / "model.safetensors"))
+    missing = CODEC_PREFIX + "acoustic_encoder.conv2.weight"
+    del state[missing]
+    save_file(state, str(tmp_path / "model.safetensors"))
+    engine = HiggsEngine.from_pretrained(str(tmp_path), "cpu", backend="reference")
+    try:
+        assert not engine.supports_voice_cloning
+        with pytest.raises(UnsupportedVoiceError, match=r"acoustic_encoder\.conv2\.weight"):
+            await engine.encode_reference(np.zeros(24_000, np.float32), 24_000)
+        # speech with the built-in voice still works
+        assert await _speak(engine, _segment(0, None)) == 10 * 960
+    finally:
+        await engine.close()
+
+
+async def test_the_tiny_engine_encodes_references(tiny_checkpoint: Path) -> None:
+    engine = HiggsEngine.from_pretrained(str(tiny_checkpoint), "cpu", backend="reference")
+    try:
+        assert engine.supports_voice_cloning
+        t = np.arange(36_000) / 24_000
+        codes = await engine.encode_reference(
+            np.sin(2 * np.pi * 200 * t).astype(np.float32), 24_000
+        )
+        assert codes.shape == (38, 8) and engine.reference_encodes == 1
+        with pytest.raises(ValueError, match="at least 1 s"):
+            await engine.encode_reference(np.zeros(100, np.float32), 24_000)
+    finally:
+        await engine.close()

@@ -20,7 +20,6 @@ import torch
 from torch import nn
 
 from realtime_engine.codec.decoder import CodecDecoder
-from realtime_engine.codec.encoder import CodecEncoder
 from realtime_engine.codec.errors import CodecInputError, InvalidChunkingError, StreamStateError
 from realtime_engine.codec.presets import DEFAULT_PRESET, get_preset
 from realtime_engine.codec.streaming import (
@@ -38,6 +37,7 @@ from realtime_engine.engines.base import (
     VoiceInfo,
     VoiceReference,
 )
+from realtime_engine.engines.higgs_voices import ReferenceEncoder
 from realtime_engine.model.prompts import PromptError, build_clone_prompt, build_zero_shot_prompt
 from realtime_engine.model.tokenizer import HiggsTokenizer
 from realtime_engine.talker.delay import revert_delay, sanitize_codes
@@ -188,7 +188,7 @@ class HiggsEngine:
         sample_rate: int = SAMPLE_RATE,
         chunking: ChunkingParams | None = None,
         codec_batch: int = 16,
-        encoder: CodecEncoder | None = None,
+        voice_encoder: ReferenceEncoder | None = None,
     ) -> None:
         self.model_id = model_id
         self.sample_rate = sample_rate
@@ -198,10 +198,7 @@ class HiggsEngine:
         self._chunking = chunking or get_preset(DEFAULT_PRESET)
         self._codec = _CodecBatcher(decode_fn, codec_batch)
         self._clone_voices: dict[str, CloneVoice] = {}
-        self._encoder = encoder
-        # Reference encoding has its own thread: a clip never delays codec chunks.
-        self._encoder_thread = ThreadPoolExecutor(1, thread_name_prefix="voice-encoder")
-        self.reference_encodes = 0  # clips run through the encoder (cache misses)
+        self._voice_encoder = voice_encoder or ReferenceEncoder(None)
         self._running: set[str] = set()
         self._aborted: set[str] = set()
         self._started = False
@@ -266,7 +263,7 @@ class HiggsEngine:
                 codec = _require_codec(load_codec(SafetensorsCheckpoint(path), device=dev), model)
                 runner = create_talker_runner(path, backend, **(runner_options or {}))
             codec.set_precision(codec_precision)
-            encoder = load_reference_encoder(path, dev)
+            voice_encoder = ReferenceEncoder.from_checkpoint(path, dev)
         except (OSError, ValueError) as e:
             raise EngineError(f"cannot load {model!s}: {e}") from e
         return cls(
@@ -276,30 +273,22 @@ class HiggsEngine:
             model_id=str(model),
             chunking=chunking,
             codec_batch=codec_batch,
-            encoder=encoder,
+            voice_encoder=voice_encoder,
         )
 
     # ------------------------------------------------------------ voices
     @property
     def supports_voice_cloning(self) -> bool:
-        return self._encoder is not None
+        return self._voice_encoder.available
+
+    @property
+    def reference_encodes(self) -> int:
+        """Clips run through the codec encoder (the voice cache's misses)."""
+        return self._voice_encoder.encodes
 
     async def encode_reference(self, pcm: np.ndarray, sample_rate: int) -> np.ndarray:
         """Codec codes ``[frames, 8]`` of a reference clip (mono float32), off the loop."""
-        encoder = self._encoder
-        if encoder is None:
-            raise UnsupportedVoiceError(
-                f"the {self.name} engine on {self.model_id} has no codec encoder; "
-                "it cannot clone voices"
-            )
-        loop = asyncio.get_running_loop()
-        self.reference_encodes += 1
-        try:
-            return await loop.run_in_executor(
-                self._encoder_thread, encoder.encode_clip, pcm, sample_rate
-            )
-        except CodecInputError as e:
-            raise ValueError(str(e)) from e
+        return await self._voice_encoder.encode(pcm, sample_rate, f"{self.name} engine")
 
     def voices(self) -> list[VoiceInfo]:
         builtin = VoiceInfo(DEFAULT_VOICE, "the model's own voice (zero-shot)", builtin=True)
@@ -441,16 +430,4 @@ class HiggsEngine:
     async def close(self) -> None:
         await self._runner.close()
         self._codec.close()
-        self._encoder_thread.shutdown(wait=False, cancel_futures=True)
-
-
-def load_reference_encoder(model_dir: Path, device: torch.device) -> CodecEncoder | None:
-    """The bundled codec encoder, when the checkpoint carries one (voice cloning)."""
-    from realtime_engine.codec.encoder import load_codec_encoder
-    from realtime_engine.codec.hubert import SEMANTIC_PREFIX
-    from realtime_engine.model.checkpoint import CodecView, SafetensorsCheckpoint
-
-    view = CodecView(SafetensorsCheckpoint(model_dir))
-    if not any(key.startswith(SEMANTIC_PREFIX) for key in view):
-        return None
-    return load_codec_encoder(dict(view), device=device)
+        self._voice_encoder.close()

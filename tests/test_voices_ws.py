@@ -169,3 +169,38 @@ async def test_empty_audio_and_stereo() -> None:
             assert stereo["type"] == "voice.created" and stereo["duration_s"] == 1.5
         finally:
             await ws.close()
+
+
+async def test_ref_audio_voice_create_and_voice_field_share_the_cached_codes() -> None:
+    engine = CloningFakeEngine()
+    app = gateway_app(engine, api_keys=("key-a", "key-b"))
+    clip_b64 = base64.b64encode(CLIP).decode()
+    speech = {"model": "fake-tone", "input": "Hello there.", "response_format": "pcm"}
+    async with serve(app) as base, httpx.AsyncClient(base_url=base) as client:
+        as_a = {"Authorization": "Bearer key-a"}
+        library = app.state.gateway.voices
+        inline = await client.post(
+            "/v1/audio/speech",
+            json={**speech, "voice": "default", "ref_audio": clip_b64, "ref_text": "a tone."},
+            headers=as_a,
+        )
+        assert inline.status_code == 200, inline.text
+        assert library.stats().encodes == 1
+        ws = await _open(base, "key-a")
+        try:
+            created = await _create(ws, CLIP, voice_id="named", text="a tone.")
+        finally:
+            await ws.close()
+        assert created["cached"] is True and library.stats().encodes == 1
+        by_name = await client.post(
+            "/v1/audio/speech", json={**speech, "voice": "named"}, headers=as_a
+        )
+        assert by_name.status_code == 200
+        inline_ref, named_ref = (r.reference for r in engine.log.requests[-2:])
+        assert inline_ref is not None and inline_ref is named_ref  # one cached object
+        as_b = {"Authorization": "Bearer key-b"}
+        other = await client.post(
+            "/v1/audio/speech", json={**speech, "voice": "named"}, headers=as_b
+        )
+        assert other.status_code == 400
+        assert other.json()["error"]["code"] == "voice_not_found"

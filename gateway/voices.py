@@ -150,6 +150,7 @@ class VoiceLibrary:
         self._max_cached = max_cached
         self._store = store
         self._codes: OrderedDict[str, VoiceReference] = OrderedDict()  # digest -> codes (LRU)
+        self._encoding: dict[str, asyncio.Future[VoiceReference]] = {}  # encodes under way
         self._named: dict[str, dict[str, VoiceEntry]] = {}  # key id -> voice id -> entry
         self._lock = asyncio.Lock()
         self._encodes = self._hits = self._evictions = 0
@@ -240,10 +241,29 @@ class VoiceLibrary:
     async def _codes_for(
         self, digest: str, clip: ReferenceClip, text: str | None
     ) -> tuple[VoiceReference, bool]:
-        """The clip's codes and whether they came from the cache."""
+        """The clip's codes and whether they came from the cache; concurrent
+        requests for one clip share a single encode."""
         reference = await self._cached(digest)
         if reference is not None:
             return reference, True
+        pending = self._encoding.get(digest)
+        if pending is not None:
+            self._hits += 1
+            return await asyncio.shield(pending), True
+        future: asyncio.Future[VoiceReference] = asyncio.get_running_loop().create_future()
+        self._encoding[digest] = future
+        try:
+            reference = await self._encode(digest, clip, text)
+        except BaseException as e:
+            future.set_exception(e)
+            future.exception()  # retrieved here: waiters, if any, get it too
+            raise
+        finally:
+            del self._encoding[digest]
+        future.set_result(reference)
+        return reference, False
+
+    async def _encode(self, digest: str, clip: ReferenceClip, text: str | None) -> VoiceReference:
         assert isinstance(self._engine, VoiceCloningEngine)
         self._encodes += 1
         try:
@@ -254,7 +274,7 @@ class VoiceLibrary:
         self._remember(digest, reference)
         if self._store is not None:
             await asyncio.to_thread(self._store.save_codes, digest, reference.codes, text)
-        return reference, False
+        return reference
 
     async def _cached(self, digest: str) -> VoiceReference | None:
         reference = self._codes.get(digest)

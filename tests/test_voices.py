@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import re
@@ -392,3 +393,32 @@ async def test_http_voices_need_a_key_when_keys_are_set() -> None:
     assert denied.status_code == 401
     assert denied.json()["error"]["type"] == "authentication_error"
     assert allowed.status_code == 200
+
+
+class GatedCloningEngine(CloningFakeEngine):
+    """Encoding blocks until the test opens the gate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+
+    async def encode_reference(self, pcm: np.ndarray, sample_rate: int) -> np.ndarray:
+        codes = await super().encode_reference(pcm, sample_rate)
+        await self.gate.wait()
+        return codes
+
+
+async def test_concurrent_creates_of_one_clip_share_one_encode() -> None:
+    engine = GatedCloningEngine()
+    library = VoiceLibrary(engine)
+    tasks = [asyncio.create_task(library.create(CLIP, "a tone", f"v{i}")) for i in range(4)]
+    async with asyncio.timeout(30):
+        # wait (yielding, no timer) until every create is inside an encode or waiting on one
+        while len(engine.encoded) + library.stats().hits < 4:
+            await asyncio.sleep(0)
+    engine.gate.set()
+    results = await asyncio.gather(*tasks)
+    assert len(engine.encoded) == 1
+    assert sorted(r.cached for r in results) == [False, True, True, True]
+    references = [await library.reference(f"v{i}") for i in range(4)]
+    assert all(r is references[0] for r in references)

@@ -204,3 +204,28 @@ async def test_ref_audio_voice_create_and_voice_field_share_the_cached_codes() -
         )
         assert other.status_code == 400
         assert other.json()["error"]["code"] == "voice_not_found"
+
+
+async def test_a_contexts_segments_share_its_voice_and_continuity() -> None:
+    engine = CloningFakeEngine()
+    async with serve(gateway_app(engine)) as base:
+        ws = await _open(base)
+        try:
+            await _create(ws, CLIP, voice_id="mine")
+            await _send(ws, {"type": "session.update", "session": {"voice": "mine"}})
+            text = "First sentence here. Second sentence here. Third one."
+            assert (await _speak(ws, "a", text))[-1]["status"] == "completed"
+            await _send(ws, {"type": "session.update", "session": {"voice": "default"}})
+            assert (await _speak(ws, "b", text))[-1]["status"] == "completed"
+        finally:
+            await ws.close()
+    by_context: dict[str, list[Any]] = {}
+    for request in engine.log.requests:
+        by_context.setdefault(request.request_id.split(":")[1], []).append(request)
+    first, second = by_context.values()
+    assert len(first) >= 2 and len(second) >= 2  # several segments each
+    assert all(r.continuity is first[0].continuity for r in first)
+    assert all(r.continuity is second[0].continuity for r in second)
+    assert first[0].continuity is not second[0].continuity
+    assert first[0].reference is not None and all(r.reference is first[0].reference for r in first)
+    assert all(r.reference is None and r.voice == "default" for r in second)

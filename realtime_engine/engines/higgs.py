@@ -371,7 +371,12 @@ class HiggsEngine:
         self._running.add(request_id)
         # Rows are kept only while they may still become the context's anchor.
         continuity = request.continuity
-        keep = continuity is not None and not continuity.settled and request.reference is None
+        keep = (
+            continuity is not None
+            and not continuity.settled
+            and request.reference is None
+            and request.voice == DEFAULT_VOICE
+        )
         kept: list[np.ndarray] = []
         try:
             async for row in rows:

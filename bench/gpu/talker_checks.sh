@@ -7,6 +7,7 @@
 #   2. bench.talker_vllm_check    tiny checkpoint through vLLM: graphs (vLLM's and the sampler's)
 #                                 vs eager, greedy and seeded-sampled rows; greedy vs the reference
 #   3. bench.talker_step          decode step time of the talker at real size (dummy weights)
+#   4. bench.gpu.voice_prefill    (opt-in: CHECKS=voice) prefill and TTFA vs voice-reference length
 #
 # $WORK/gateway.env carries the verdict of check 2 to the gateway run (run_h200.sh reads it): the
 # sampler graphs on when they changed no row, off otherwise. Results: $OUT/talker_checks.tar.gz and the JSON files.
@@ -69,6 +70,14 @@ if want step && [ -n "$STEP_BATCHES" ]; then
   env $(cat "$WORK/gateway.env") "$PY" -m bench.talker_step --models higgs --batches "$STEP_BATCHES" \
     --out "$RES" > "$RES/talker_step.log" 2>&1
   if [ -f "$RES/talker_step.json" ]; then cat "$RES/talker_step.json"; else tail -n 30 "$RES/talker_step.log"; fi
+fi
+
+if want voice; then
+  say "prefill and TTFA vs voice-reference length (0, 2, 5, 10 s), c=1"
+  # shellcheck disable=SC2046  # the env file holds KEY=VALUE words
+  env $(cat "$WORK/gateway.env") "$PY" -m bench.gpu.voice_prefill --out "$RES" > "$RES/voice_prefill.log" 2>&1
+  if [ -f "$RES/voice_prefill.json" ]; then tr -d ' \n' < "$RES/voice_prefill.json" && echo
+  else tail -n 30 "$RES/voice_prefill.log"; fi
 fi
 
 say "sampler graph messages from the engines (captured / failed):"

@@ -15,10 +15,11 @@ import importlib
 import json
 import logging
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+from prometheus_client import Gauge
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -70,6 +71,24 @@ def _default_voices(state: GatewayState) -> VoiceRegistry | None:
     return registry
 
 
+def _voice_metrics(state: GatewayState) -> None:
+    """/metrics gauges read from the voice library's counters, when it keeps them."""
+    stats = getattr(state.voices, "stats", None)
+    if not callable(stats):
+        return
+    for name, field, doc in (
+        ("speech_voice_encodes", "encodes", "Reference clips run through the codec encoder"),
+        ("speech_voice_cache_hits", "hits", "Reference clips answered from the voice cache"),
+        ("speech_voice_cache_evictions", "evictions", "Encoded voices evicted from memory"),
+        ("speech_voice_cache_entries", "cached", "Encoded voices held in memory"),
+    ):
+        Gauge(name, doc, registry=state.metrics.registry).set_function(_reader(stats, field))
+
+
+def _reader(stats: Callable[[], object], field: str) -> Callable[[], float]:
+    return lambda: float(getattr(stats(), field))
+
+
 def _http_routes(state: GatewayState) -> list[BaseRoute]:
     """Routes of the OpenAI-compatible HTTP module, when it is installed."""
     try:
@@ -93,6 +112,7 @@ def create_app(
     state = GatewayState.create(settings, engine, voices)
     if voices is None:
         state.voices = _default_voices(state) or state.voices
+    _voice_metrics(state)
     segmenters = segmenter_factory or default_segmenter_factory
 
     @asynccontextmanager

@@ -192,6 +192,9 @@ async def test_ref_audio_voice_create_and_voice_field_share_the_cached_codes() -
         finally:
             await ws.close()
         assert created["cached"] is True and library.stats().encodes == 1
+        metrics = (await client.get("/metrics")).text
+        assert "speech_voice_encodes 1.0" in metrics
+        assert "speech_voice_cache_entries 1.0" in metrics
         by_name = await client.post(
             "/v1/audio/speech", json={**speech, "voice": "named"}, headers=as_a
         )

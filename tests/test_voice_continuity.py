@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from realtime_engine.engines.base import SegmentRequest, VoiceReference
 from realtime_engine.engines.continuity import VoiceContinuity
@@ -196,3 +198,35 @@ async def test_the_tiny_engine_encodes_references(tiny_checkpoint: Path) -> None
             await engine.encode_reference(np.zeros(100, np.float32), 24_000)
     finally:
         await engine.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    bounds=st.tuples(st.integers(1, 40), st.integers(0, 40)),
+    segments=st.lists(st.integers(0, 30), max_size=8),
+)
+def test_the_anchor_is_bounded_and_frozen_once_settled(
+    bounds: tuple[int, int], segments: list[int]
+) -> None:
+    min_frames, extra = bounds
+    c = VoiceContinuity(min_frames=min_frames, max_frames=min_frames + extra)
+    frozen: np.ndarray | None = None
+    recorded: list[np.ndarray] = []
+    for i, frames in enumerate(segments):
+        codes = np.full((frames, 8), i, dtype=np.int64)
+        if not c.settled:
+            recorded.append(codes)
+        c.record(codes, f"segment {i}.")
+        anchor = c.anchor()
+        assert c.frames <= c.max_frames
+        if anchor is None:
+            assert c.frames == 0
+            continue
+        if frozen is not None:
+            assert np.array_equal(anchor.codes, frozen)
+        if c.settled:
+            frozen = anchor.codes
+        joined = np.concatenate(recorded)
+        # the anchor is the most recent frames of what was recorded, whole
+        assert np.array_equal(anchor.codes, joined[-c.max_frames :])
+        assert (anchor.text is None) == (joined.shape[0] > c.max_frames)

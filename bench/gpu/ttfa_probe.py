@@ -53,7 +53,7 @@ async def probe(args: argparse.Namespace) -> dict[str, Any]:
     from realtime_engine.talker.vllm_runner import VllmTalkerRunner
 
     trace_dir = Path(args.work) / "trace"
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = json.loads(args.engine_args)
     if args.profile:
         trace_dir.mkdir(parents=True, exist_ok=True)
         extra["profiler_config"] = {
@@ -68,7 +68,11 @@ async def probe(args: argparse.Namespace) -> dict[str, Any]:
     init_s = time.perf_counter() - t
     tok = HiggsTokenizer.from_dir(args.model)
     prompt = build_zero_shot_prompt(tok, "Hello there, this is a short test of the first audio.")
-    report: dict[str, Any] = {"init_s": round(init_s, 1), "prompt_tokens": len(prompt.token_ids)}
+    report: dict[str, Any] = {
+        "init_s": round(init_s, 1),
+        "prompt_tokens": len(prompt.token_ids),
+        "engine_args": json.loads(args.engine_args),
+    }
     try:
         runs = []
         for i in range(args.warmup + args.requests):
@@ -107,6 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--requests", type=int, default=15)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument(
+        "--engine-args",
+        default="{}",
+        help='extra vLLM engine arguments as JSON, e.g. \'{"quantization": "fp8"}\'',
+    )
     args = ap.parse_args(argv)
     report = asyncio.run(probe(args))
     Path(args.out).mkdir(parents=True, exist_ok=True)

@@ -141,7 +141,7 @@ class VllmTalkerRunner:
         cls,
         model_dir: str | Path,
         *,
-        max_num_seqs: int = 64,
+        max_num_seqs: int = 256,
         max_model_len: int = 4096,
         dtype: str = "auto",
         enforce_eager: bool = False,

@@ -12,14 +12,17 @@ from gateway.app import create_app
 from gateway.settings import GatewaySettings
 from realtime_engine.engines.cpu_voice import CpuVoiceEngine
 
-TURN_ONE = (
-    "Thanks for calling. Your order shipped this morning, and it should arrive on Friday."
-)
+TURN_ONE = "Thanks for calling. Your order shipped this morning, and it should arrive on Friday."
 TURN_TWO = "Is there anything else I can help you with today?"
+# Long enough (about 25 s of speech) that the server, which runs at most
+# ``max_lead_s`` (10 s) ahead of playback, is still speaking it when a test cuts in.
 LONG_TURN = (
     "Let me read the whole list of stores near you. The first one is on Main Street, "
     "the second one is by the river, the third one is next to the station, and the "
-    "fourth one is at the end of the long road that runs past the old school."
+    "fourth one is at the end of the long road that runs past the old school. "
+    "The fifth one opened last spring in the new mall, the sixth one is across from "
+    "the park, and the seventh one, which is the largest, sits right by the airport. "
+    "All of them are open every day from eight in the morning until nine at night."
 )
 MAX_WER = 0.10
 TOKENS_PER_SECOND = 30

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_install.sh
 install_system_packages
-install_python_env "dev,cpu-vllm"
+install_python_env "dev,cpu-vllm,pipecat,livekit"
 echo "[test] ruff"; ruff check .
 echo "[test] mypy"; mypy
 echo "[test] pytest"; exec python -m pytest -q -ra "$@"

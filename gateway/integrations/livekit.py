@@ -35,6 +35,7 @@ from gateway.client import (
     AuthenticationError,
     ClientError,
     Connection,
+    ConnectionClosedError,
     Context,
     EngineOverloadedError,
     HandshakeError,
@@ -142,6 +143,13 @@ class GatewayTTS(tts.TTS):
             raise api_error(e) from e
         return conn.context()
 
+    async def send_failed(self, context: Context, error: ClientError) -> APIError:
+        """A send on ``context`` failed: a dead connection is dropped so the
+        framework's retry (``APIConnectionError`` is retryable) reconnects."""
+        if isinstance(error, ConnectionClosedError):
+            await self.link.discard(context.connection)
+        return api_error(error)
+
 
 async def _cancel_unfinished(context: Context, appended: bool) -> None:
     """Barge-in on a stream closed early: cancel on the server and wait for the ack."""
@@ -181,7 +189,7 @@ class GatewayChunkedStream(tts.ChunkedStream):
                 appended = True
                 await context.end()
             except ClientError as e:
-                raise api_error(e) from e
+                raise await self._gateway.send_failed(context, e) from e
             await _relay_audio(context, output_emitter)
             output_emitter.flush()
         finally:
@@ -231,7 +239,7 @@ class GatewaySynthesizeStream(tts.SynthesizeStream):
             try:
                 spoke = await sender
             except ClientError as e:
-                raise api_error(e) from e
+                raise await self._gateway.send_failed(context, e) from e
             if spoke:  # else no context was opened and no audio will come
                 await receiver
             output_emitter.end_segment()

@@ -41,6 +41,7 @@ from gateway.client import (
     AuthenticationError,
     ClientError,
     Connection,
+    ConnectionClosedError,
     Context,
     HandshakeError,
     InvalidRequestError,
@@ -201,27 +202,34 @@ class GatewayTTSService(WebsocketTTSService):
     # ------------------------------------------------------------------ text in
 
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
-        try:
-            conn = await self.gateway_link.connection()  # reopens a dropped connection
-        except ClientError as e:
-            await self._report_connect_error(e)
-            yield TTSStoppedFrame(context_id=context_id)
-            return
-        context = self._contexts.get(context_id)
-        if context is None:
-            await self.start_ttfb_metrics()
-            context = conn.context(context_id, dispatch="connection")
-            self._contexts[context_id] = context
-            self._carried_by[context_id] = conn
-        try:
-            await context.append(text)
+        # A connection that died before this context's first text is replaced once.
+        for last_try in (False, True):
+            try:
+                conn = await self.gateway_link.connection()  # reopens a dropped connection
+            except ClientError as e:
+                await self._report_connect_error(e)
+                yield TTSStoppedFrame(context_id=context_id)
+                return
+            context = self._contexts.get(context_id)
+            fresh = context is None
+            if context is None:
+                await self.start_ttfb_metrics()
+                context = conn.context(context_id, dispatch="connection")
+                self._contexts[context_id] = context
+                self._carried_by[context_id] = conn
+            try:
+                await context.append(text)
+            except ConnectionClosedError as e:
+                self._forget(context_id)
+                await self.gateway_link.discard(conn)
+                if fresh and not last_try:
+                    continue
+                yield ErrorFrame(error=f"{self} lost the gateway: {e}", exception=e)
+                yield TTSStoppedFrame(context_id=context_id)
+                return
             await self.start_tts_usage_metrics(text)
-        except ClientError as e:
-            self._forget(context_id)
-            yield ErrorFrame(error=f"{self} lost the gateway: {e}", exception=e)
-            yield TTSStoppedFrame(context_id=context_id)
+            yield None  # audio arrives on the receive task
             return
-        yield None  # audio arrives on the receive task
 
     async def flush_audio(self, context_id: str | None = None) -> None:
         """The turn's text is complete: the server speaks the rest, then ``context.done``."""

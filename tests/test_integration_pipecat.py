@@ -28,6 +28,7 @@ from agent_support import (
     pcm16_to_float,
 )
 from asr import transcribe, wer
+from gateway_support import fake_app
 from live_server import live_server
 from pipecat.frames.frames import (
     EndFrame,
@@ -132,12 +133,12 @@ class Bot:
 
 
 @contextlib.asynccontextmanager
-async def running_bot(tts: GatewayTTSService) -> AsyncIterator[Bot]:
+async def running_bot(tts: GatewayTTSService, rate: int = SAMPLE_RATE) -> AsyncIterator[Bot]:
     up, down = Recorder(FrameDirection.UPSTREAM), Recorder(FrameDirection.DOWNSTREAM)
     worker = PipelineWorker(
         Pipeline([up, tts, down]),
         cancel_on_idle_timeout=False,
-        params=PipelineParams(audio_out_sample_rate=SAMPLE_RATE),
+        params=PipelineParams(audio_out_sample_rate=rate),
     )
     started = asyncio.Event()
 
@@ -232,3 +233,12 @@ async def test_wrong_api_key_is_pipecats_auth_error_not_a_hang() -> None:
         async with running_bot(tts) as bot:
             await bot.up.wait_for(lambda: bool(auth_errors()), timeout=30)
             assert "auth_invalid" in auth_errors()[0].error
+
+
+async def test_a_pipeline_rate_the_gateway_does_not_send_gets_24khz_frames() -> None:
+    async with live_server(fake_app(), lifespan="on") as url:
+        tts = GatewayTTSService(url=url)
+        async with running_bot(tts, rate=44_100) as bot:
+            _, pcm = await bot.turn(TURN_TWO)  # checks every frame says 24 kHz mono
+            assert pcm.size > 0
+            assert tts.gateway_link.options.sample_rate == SAMPLE_RATE

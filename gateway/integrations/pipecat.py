@@ -49,7 +49,7 @@ from gateway.client import (
     RateLimitError,
     ServerError,
 )
-from gateway.integrations._link import GatewayLink, GatewayOptions, TokenProvider
+from gateway.integrations._link import SAMPLE_RATES, GatewayLink, GatewayOptions, TokenProvider
 from gateway.protocol import (
     NATIVE_SAMPLE_RATE,
     ContextCancelled,
@@ -147,8 +147,10 @@ class GatewayTTSService(WebsocketTTSService):
 
     async def start(self, frame: StartFrame) -> None:
         await super().start(frame)
-        # The output rate is known now: the service's own or the pipeline's.
-        self._link = GatewayLink(replace(self._options, sample_rate=self.sample_rate))
+        # The output rate is known now: the service's own or the pipeline's. A pipeline
+        # rate the gateway does not send gets 24 kHz frames (each frame names its rate).
+        rate = self.sample_rate if self.sample_rate in SAMPLE_RATES else NATIVE_SAMPLE_RATE
+        self._link = GatewayLink(replace(self._options, sample_rate=rate))
         await self._connect()
 
     async def _connect(self) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
-import json
 import logging
 import secrets
 from collections.abc import AsyncIterator
@@ -25,6 +24,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
+from gateway import safe_json
 from gateway.auth import AuthError
 from gateway.metrics import EngineStatsSampler
 from gateway.outbound import OutClose
@@ -195,7 +195,7 @@ async def _tokens(request: Request) -> Response:
     body = await request.body()
     if body:
         try:
-            payload = json.loads(body)
+            payload = safe_json.loads(body)
             requested = payload.get("expires_in_s", ttl) if isinstance(payload, dict) else None
             if isinstance(requested, bool) or not isinstance(requested, int | float):
                 raise ValueError("expires_in_s must be a number")

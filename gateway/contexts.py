@@ -52,6 +52,8 @@ log = logging.getLogger("gateway.contexts")
 
 # Higgs codec frames per second; caps a segment's engine budget.
 CODEC_FRAMES_PER_S = 25
+# How long a context failed from outside waits for its task's cleanup.
+FAIL_UNWIND_S = 1.0
 
 
 def to_engine_request(
@@ -200,6 +202,26 @@ class ContextWorker:
             )
         detail.context_id = self.context_id
         self._close("failed")
+        await self._out.put(OutEvent(error_event(detail), worker=self))
+        await self._out.put(OutDone(self, "failed", None))
+
+    async def fail_now(self, detail: ErrorDetail) -> None:
+        """Fail from outside, at once (the engine died): no abort, nothing to stop.
+
+        The task is cancelled and given a moment to unwind (a dead engine may
+        not answer its cleanup); the client then gets ``detail`` and
+        ``context.done{failed}``, as for a failure the worker saw itself.
+        """
+        if self.finished:
+            return
+        self._close("failed")
+        task = self.task
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            await asyncio.wait({task}, timeout=FAIL_UNWIND_S)
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                log.info("context %s unwound with %r", self.context_id, task.exception())
+        detail = detail.model_copy(update={"context_id": self.context_id})
         await self._out.put(OutEvent(error_event(detail), worker=self))
         await self._out.put(OutDone(self, "failed", None))
 

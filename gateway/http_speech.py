@@ -27,6 +27,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
+from gateway.availability import refusal
 from gateway.http_errors import (
     ApiError,
     authenticate,
@@ -269,6 +270,8 @@ class _AbortingStreamingResponse(StreamingResponse):
 async def create_speech(request: Request, state: GatewayState) -> Response:
     try:
         authenticate(request, state)
+        if (unavailable := refusal(state, warming=False)) is not None:  # draining, or the engine died
+            raise ApiError(503, unavailable)
         body = parse_json_body(await request.body())
         params = await _parse(body, state)
         encoder = _Encoder(params.response_format, state.engine.sample_rate, params.stream)

@@ -49,6 +49,8 @@ class ErrorCode(StrEnum):
     KEY_CONTEXT_LIMIT = "key_context_limit"
     ENGINE_ERROR = "engine_error"
     ENGINE_OVERLOADED = "engine_overloaded"
+    ENGINE_UNAVAILABLE = "engine_unavailable"
+    SERVER_SHUTTING_DOWN = "server_shutting_down"
     INTERNAL_ERROR = "internal_error"
     IDLE_TIMEOUT = "idle_timeout"
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 import uvicorn
 
 from gateway.app import create_app
+from gateway.drain import DrainingServer
 from gateway.protocol import Limits
 from gateway.settings import GatewaySettings
 from gateway.state import GatewayState
@@ -73,6 +74,22 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-sessions", type=int, help="concurrent WebSocket sessions")
     serve.add_argument("--max-contexts", type=int, help="open contexts per session")
     serve.add_argument("--idle-timeout", type=float, help="seconds before an idle session closes")
+    serve.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=30.0,
+        help="on SIGTERM/SIGINT, seconds open contexts may finish before they are cancelled "
+        "(a second signal exits at once)",
+    )
+    serve.add_argument(
+        "--fake-options",
+        type=_json_object,
+        default=None,
+        metavar="JSON",
+        help="--engine fake only: timing and faults, e.g. "
+        '\'{"realtime_factor": 1.0, "fail_after_segments": 10, "hang_after_segments": 20, '
+        '"die_after_segments": 30}\' (docs/reliability.md)',
+    )
     serve.add_argument("--log-level", default="info")
     commands.add_parser(
         "bench",
@@ -108,11 +125,17 @@ def build_engine(
     talker_options: dict[str, object] | None = None,
     codec_precision: str = "fp32",
     codec_batch: int = 16,
+    fake_options: dict[str, object] | None = None,
 ) -> SpeechEngine:
     if kind == "fake":
         from realtime_engine.engines.fake import FakeEngine
 
-        return FakeEngine()
+        try:
+            return FakeEngine(None, **(fake_options or {}))
+        except TypeError as e:
+            raise EngineError(f"--fake-options: {e}") from e
+    if fake_options:
+        raise EngineError("--fake-options applies to --engine fake only")
     if kind == "cpu-voice":
         from realtime_engine.engines.cpu_voice import CpuVoiceEngine
 
@@ -144,6 +167,7 @@ def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
         port=args.port,
         api_keys=tuple(args.api_keys) if args.api_keys else None,
         limits=limits,
+        drain_timeout_s=args.drain_timeout,
     )
 
 
@@ -171,7 +195,7 @@ def build_server(
         ws_ping_interval=settings.ws_ping_interval_s,
         ws_ping_timeout=settings.ws_ping_timeout_s,
     )
-    return uvicorn.Server(config), state
+    return DrainingServer(config, state, settings.drain_timeout_s), state
 
 
 async def serve(
@@ -226,6 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.talker_options,
             args.codec_precision,
             args.codec_batch,
+            args.fake_options,
         )
     except EngineError as e:
         print(f"speech-gateway: error: {e}", file=sys.stderr)

@@ -270,7 +270,8 @@ class _AbortingStreamingResponse(StreamingResponse):
 async def create_speech(request: Request, state: GatewayState) -> Response:
     try:
         authenticate(request, state)
-        if (unavailable := refusal(state, warming=False)) is not None:  # draining, or the engine died
+        # Draining, or the engine died (HTTP requests wait for a warming engine).
+        if (unavailable := refusal(state, warming=False)) is not None:
             raise ApiError(503, unavailable)
         body = parse_json_body(await request.body())
         params = await _parse(body, state)

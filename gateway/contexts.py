@@ -17,8 +17,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import numpy as np
 
+from gateway.availability import RETRY_ENGINE_DEAD_MS
 from gateway.context_stats import ENGINE_STAGES as ENGINE_STAGES
 from gateway.context_stats import ContextStats
+from gateway.engine_health import engine_failure
 from gateway.engine_wait import next_chunk_or_stall
 from gateway.outbound import (
     OutAudio,
@@ -39,6 +41,7 @@ from gateway.session import EndContext, Flush, OpenContext, Speak, error_event
 from realtime_engine.audio.encoder import AudioEncoder, EncodedFrame
 from realtime_engine.engines.base import (
     ChunkingParams,
+    EngineDeadError,
     EngineError,
     EngineOverloadedError,
     SegmentRequest,
@@ -175,9 +178,20 @@ class ContextWorker:
             await self._fail(e)
 
     async def _fail(self, exc: Exception) -> None:
-        if self.current_request is not None:
+        dead = engine_failure(self._engine)
+        if self.current_request is not None and dead is None:
             await self._engine.abort(self.current_request)
-        if isinstance(exc, UnsupportedVoiceError):
+        if dead is not None or isinstance(exc, EngineDeadError):
+            # Whichever sees the death first (this stream or the health watch),
+            # the client hears the same retryable error.
+            detail = ErrorDetail(
+                type="server_error",
+                code=ErrorCode.ENGINE_UNAVAILABLE,
+                message=f"the engine died: {dead or exc}",
+                retryable=True,
+                retry_after_ms=RETRY_ENGINE_DEAD_MS,
+            )
+        elif isinstance(exc, UnsupportedVoiceError):
             detail = ErrorDetail(
                 type="invalid_request_error", code=ErrorCode.VOICE_UNSUPPORTED, message=str(exc)
             )

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import signal
 import time
-from typing import Any
 
 import httpx
 import pytest
 from server_process import ServerProcess, server_process
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
+from websockets.asyncio.client import connect
+from ws_recorder import Client, is_event, open_client
 
 from gateway.protocol import CLOSE_GOING_AWAY, CLOSE_TRY_AGAIN, ErrorCode, unpack_audio_frame
 
@@ -25,57 +23,8 @@ LONG_TEXT = "This context keeps speaking for a long while. " * 9
 DRAIN_S = 2.0
 
 
-class Client:
-    """One session: every event and frame it receives, in order, with arrival times."""
-
-    def __init__(self, ws: ClientConnection) -> None:
-        self.ws = ws
-        self.events: list[tuple[float, dict[str, Any] | bytes]] = []
-        self.closed = False
-        self.changed = asyncio.Event()
-        self.task = asyncio.create_task(self._read())
-
-    async def _read(self) -> None:
-        with contextlib.suppress(ConnectionClosed):
-            async for message in self.ws:
-                item = message if isinstance(message, bytes) else json.loads(message)
-                self.events.append((time.perf_counter(), item))
-                self.changed.set()
-        self.closed = True
-        self.changed.set()
-
-    async def send(self, **event: Any) -> None:
-        await self.ws.send(json.dumps(event))
-
-    async def wait_for(self, predicate: Any, timeout: float = 10) -> Any:
-        async with asyncio.timeout(timeout):
-            while True:
-                for _, item in self.events:
-                    if predicate(item):
-                        return item
-                if self.closed:
-                    raise AssertionError(f"closed before a match: {self.events[-5:]}")
-                self.changed.clear()
-                await self.changed.wait()
-
-    async def closed_with(self, timeout: float = 15) -> int:
-        await asyncio.wait_for(self.task, timeout)
-        assert self.ws.close_code is not None
-        return self.ws.close_code
-
-
-def is_event(type_: str, **match: Any) -> Any:
-    return lambda item: (
-        isinstance(item, dict)
-        and item["type"] == type_
-        and all(item.get(k) == v or item.get("error", {}).get(k) == v for k, v in match.items())
-    )
-
-
-async def open_client(server: ServerProcess) -> Client:
-    client = Client(await connect(server.ws_url))
-    await client.wait_for(is_event("session.created"))
-    return client
+async def open_session(server: ServerProcess) -> Client:
+    return await open_client(server.ws_url)
 
 
 async def speak(client: Client, context_id: str, text: str) -> None:
@@ -96,9 +45,9 @@ async def test_signal_drains_then_cancels_with_server_shutting_down(signum: int)
     args = ["--engine", "fake", "--fake-options", FAKE, "--drain-timeout", str(DRAIN_S)]
     async with server_process(args) as server:
         assert await ready_status(server) == 200
-        long = await open_client(server)
+        long = await open_session(server)
         await speak(long, "long", LONG_TEXT)
-        short = await open_client(server)
+        short = await open_session(server)
         await speak(short, "short", "Short one.")
 
         server.proc.send_signal(signum)
@@ -146,7 +95,7 @@ async def test_signal_drains_then_cancels_with_server_shutting_down(signum: int)
 async def test_second_signal_exits_at_once() -> None:
     args = ["--engine", "fake", "--fake-options", FAKE, "--drain-timeout", "60"]
     async with server_process(args) as server:
-        client = await open_client(server)
+        client = await open_session(server)
         await speak(client, "long", LONG_TEXT)
         server.proc.send_signal(signal.SIGTERM)
         async with asyncio.timeout(2):

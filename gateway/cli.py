@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 import uvicorn
 
 from gateway.app import create_app
-from gateway.drain import DrainingServer
+from gateway.drain import ENGINE_DEAD_EXIT_STATUS, DrainingServer
 from gateway.protocol import Limits
 from gateway.settings import GatewaySettings
 from gateway.state import GatewayState
@@ -80,6 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=30.0,
         help="on SIGTERM/SIGINT, seconds open contexts may finish before they are cancelled "
         "(a second signal exits at once)",
+    )
+    serve.add_argument(
+        "--exit-on-engine-death",
+        action="store_true",
+        help="exit with status 3 when the engine dies while serving (default: stay up, "
+        "/ready 503, so a supervisor probing /ready restarts it)",
     )
     serve.add_argument(
         "--fake-options",
@@ -168,6 +174,7 @@ def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
         api_keys=tuple(args.api_keys) if args.api_keys else None,
         limits=limits,
         drain_timeout_s=args.drain_timeout,
+        exit_on_engine_death=args.exit_on_engine_death or None,
     )
 
 
@@ -177,7 +184,7 @@ def _say(message: str) -> None:
 
 def build_server(
     settings: GatewaySettings, engine: SpeechEngine, log_level: str = "info"
-) -> tuple[uvicorn.Server, GatewayState]:
+) -> tuple[DrainingServer, GatewayState]:
     app = create_app(settings, engine)
     state: GatewayState = app.state.gateway
     config = uvicorn.Config(
@@ -195,7 +202,10 @@ def build_server(
         ws_ping_interval=settings.ws_ping_interval_s,
         ws_ping_timeout=settings.ws_ping_timeout_s,
     )
-    return DrainingServer(config, state, settings.drain_timeout_s), state
+    server = DrainingServer(
+        config, state, settings.drain_timeout_s, settings.exit_on_engine_death
+    )
+    return server, state
 
 
 async def serve(
@@ -227,6 +237,9 @@ async def serve(
         say(f"ready in {time.perf_counter() - started:.1f}s")
         say(f"open http://{host}:{port}/  (WebSocket ws://{host}:{port}/v1/realtime)")
     await task
+    if server.engine_died:
+        say(f"error: the engine died: {state.engine_error}")
+        raise SystemExit(ENGINE_DEAD_EXIT_STATUS)
     return True
 
 

@@ -26,6 +26,8 @@ from gateway.state import GatewayState
 log = logging.getLogger("gateway.drain")
 
 POLL_S = 0.05
+# The process exit status after --exit-on-engine-death.
+ENGINE_DEAD_EXIT_STATUS = 3
 # After the last close is queued: time for the sockets to flush and close.
 CLOSE_GRACE_S = 5.0
 
@@ -66,10 +68,21 @@ async def drain(state: GatewayState, timeout_s: float) -> None:
 class DrainingServer(uvicorn.Server):
     """uvicorn, with a drain before its own shutdown (which would cut WebSockets with 1012)."""
 
-    def __init__(self, config: uvicorn.Config, state: GatewayState, drain_timeout_s: float):
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        state: GatewayState,
+        drain_timeout_s: float,
+        exit_on_engine_death: bool = False,
+    ) -> None:
         super().__init__(config)
         self.state = state
         self.drain_timeout_s = drain_timeout_s
+        # Exit (status ENGINE_DEAD_EXIT_STATUS) once a started engine died, for
+        # supervisors that restart processes but cannot probe /ready.
+        self.exit_on_engine_death = exit_on_engine_death
+        self.engine_died = False
+        self._served = False
         self._signalled = False
         self._drain: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -94,6 +107,17 @@ class DrainingServer(uvicorn.Server):
             captured.append(sig)
         self.state.draining = True  # /ready is 503 from this instant
         loop.call_soon_threadsafe(self._start_drain)
+
+    async def on_tick(self, counter: int) -> bool:
+        state = self.state
+        self._served |= state.ready
+        # engine_error after the engine was ready: it died (not a failed start).
+        if self.exit_on_engine_death and self._served and state.engine_error is not None:
+            if not self.engine_died:
+                log.error("the engine died: exiting (--exit-on-engine-death)")
+            self.engine_died = True
+            return True
+        return await super().on_tick(counter)
 
     def _start_drain(self) -> None:
         self._drain = asyncio.create_task(self._drain_then_exit())

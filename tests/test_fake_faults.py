@@ -74,3 +74,17 @@ def test_recent_list_keeps_the_newest() -> None:
         recent.append(i)
         assert len(recent) < 6 and recent[-1] == i
     assert recent[-3:] == [997, 998, 999]
+
+
+def test_fake_options_from_the_command_line() -> None:
+    from gateway.cli import build_engine, build_parser
+
+    args = build_parser().parse_args(
+        ["serve", "--engine", "fake", "--fake-options", '{"hang_after_segments": 3}']
+    )
+    engine = build_engine("fake", None, None, fake_options=args.fake_options)
+    assert isinstance(engine, FakeEngine) and engine.config.hang_after_segments == 3
+    with pytest.raises(EngineError, match="nope"):
+        build_engine("fake", None, None, fake_options={"nope": 1})
+    with pytest.raises(EngineError, match="fake only"):
+        build_engine("cpu-voice", None, None, fake_options={"realtime_factor": 1.0})

@@ -107,8 +107,10 @@ def _tone_period(pitch_hz: int, sample_rate: int, amplitude: float) -> np.ndarra
     return table
 
 
-def _tone(pitch_hz: float, sample_rate: int, amplitude: float, n: int) -> np.ndarray:
-    t = np.arange(n, dtype=np.float64) / sample_rate
+def _tone(
+    pitch_hz: float, sample_rate: int, amplitude: float, n: int, start: int = 0
+) -> np.ndarray:
+    t = np.arange(start, n, dtype=np.float64) / sample_rate
     return (amplitude * np.sin(2 * np.pi * pitch_hz * t)).astype(np.float32)
 
 
@@ -133,20 +135,32 @@ class FakeEngine:
     def voices(self) -> list[VoiceInfo]:
         return [VoiceInfo(v, description="test tone") for v in self.config.voices]
 
-    def render(self, request: SegmentRequest) -> np.ndarray:
-        """The whole audio of a segment, exactly what the stream concatenates to."""
+    def length(self, request: SegmentRequest) -> int:
+        """Samples in a segment's audio."""
         cfg = self.config
         if request.fixed_rows is not None:
-            n = request.fixed_rows * FRAME_SAMPLES * cfg.sample_rate // 24000
-        else:
-            seconds = max(cfg.min_seconds, len(request.text) * cfg.seconds_per_char)
-            n = int(seconds / max(request.speed, 1e-3) * cfg.sample_rate)
+            return request.fixed_rows * FRAME_SAMPLES * cfg.sample_rate // 24000
+        seconds = max(cfg.min_seconds, len(request.text) * cfg.seconds_per_char)
+        return int(seconds / max(request.speed, 1e-3) * cfg.sample_rate)
+
+    def render(
+        self, request: SegmentRequest, start: int = 0, stop: int | None = None
+    ) -> np.ndarray:
+        """Samples ``[start, stop)`` of a segment's audio (all of it by default):
+        exactly what the stream concatenates to.
+
+        Streams render one chunk at a time, so a long segment never holds its
+        whole audio (large short-lived arrays are what fragments a heap).
+        """
+        cfg = self.config
+        stop = self.length(request) if stop is None else min(stop, self.length(request))
         pitch = segment_pitch_hz(request.text)
         if pitch.is_integer():
-            # Tiling one period costs a copy instead of a sine per sample: load
+            # Indexing one period costs a copy instead of a sine per sample: load
             # runs render hundreds of segments a second in the gateway's process.
-            return np.resize(_tone_period(int(pitch), cfg.sample_rate, cfg.amplitude), n)
-        return _tone(pitch, cfg.sample_rate, cfg.amplitude, n)
+            table = _tone_period(int(pitch), cfg.sample_rate, cfg.amplitude)
+            return table[np.arange(start, stop) % len(table)]
+        return _tone(pitch, cfg.sample_rate, cfg.amplitude, stop, start)
 
     def failure(self) -> str | None:
         """Why the engine is dead, or None while it lives (the gateway's health watch)."""
@@ -198,17 +212,17 @@ class FakeEngine:
             elif fault == "hang":
                 await aborted.wait()  # nothing, ever, until aborted
             self._raise_if_dead(request.request_id)
-            audio = self.render(request)
+            total = self.length(request)
             if await self._sleep_unless(aborted, cfg.first_chunk_delay_s):
                 self._raise_if_dead(request.request_id)
                 self.log.stopped.append(request.request_id)
                 return
-            for index, start in enumerate(range(0, len(audio), cfg.chunk_samples)):
+            for index, start in enumerate(range(0, total, cfg.chunk_samples)):
                 failing = cfg.fail_on is not None and cfg.fail_on in request.text
                 if failing and index >= cfg.fail_after_chunks:
                     self.log.failed.append(request.request_id)
                     raise EngineError(f"injected failure in {request.request_id}")
-                chunk = audio[start : start + cfg.chunk_samples]
+                chunk = self.render(request, start, start + cfg.chunk_samples)
                 if index and await self._sleep_unless(
                     aborted, len(chunk) / cfg.sample_rate * cfg.realtime_factor
                 ):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
-import json
 import logging
 import secrets
 from collections.abc import AsyncIterator, Callable
@@ -26,7 +25,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
+from gateway import availability, safe_json
 from gateway.auth import AuthError
+from gateway.engine_health import watch_engine
 from gateway.metrics import EngineStatsSampler
 from gateway.outbound import OutClose
 from gateway.pipeline import KeyContextQuota, SegmenterFactory, SessionPipeline
@@ -119,6 +120,7 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         warm = asyncio.create_task(_warm_up(state))
         sampler = asyncio.create_task(_sample_engine_stats(state, after=warm))
+        health = asyncio.create_task(_watch_health(state, after=warm))
         if not settings.warm_in_background:
             await asyncio.shield(warm)
             if state.engine_error is not None:
@@ -128,9 +130,9 @@ def create_app(
         finally:
             state.ready = False
             state.draining = True
-            warm.cancel()
-            sampler.cancel()
-            await asyncio.gather(warm, sampler, return_exceptions=True)
+            for task in (warm, sampler, health):
+                task.cancel()
+            await asyncio.gather(warm, sampler, health, return_exceptions=True)
             await engine.close()
 
     async def realtime(ws: WebSocket) -> None:
@@ -175,6 +177,12 @@ async def _sample_engine_stats(
         if current is not None:
             sampler.observe(current)
         await asyncio.sleep(interval_s)
+
+
+async def _watch_health(state: GatewayState, after: asyncio.Task[None]) -> None:
+    await asyncio.shield(after)  # a started engine only
+    if state.ready:
+        await watch_engine(state)
 
 
 def _state(request: Request) -> GatewayState:
@@ -222,7 +230,7 @@ async def _tokens(request: Request) -> Response:
     body = await request.body()
     if body:
         try:
-            payload = json.loads(body)
+            payload = safe_json.loads(body)
             requested = payload.get("expires_in_s", ttl) if isinstance(payload, dict) else None
             if isinstance(requested, bool) or not isinstance(requested, int | float):
                 raise ValueError("expires_in_s must be a number")
@@ -286,16 +294,9 @@ def _admission_error(ws: WebSocket, state: GatewayState) -> tuple[ErrorDetail, i
             param="model",
         )
         return detail, CLOSE_POLICY
-    if state.draining or not state.ready:
-        reason = "the server is shutting down" if state.draining else "the engine is warming up"
-        detail = ErrorDetail(
-            type="engine_overloaded",
-            code=ErrorCode.ENGINE_OVERLOADED,
-            message=reason,
-            retryable=True,
-            retry_after_ms=1000,
-        )
-        return detail, CLOSE_TRY_AGAIN
+    unavailable = availability.refusal(state)  # draining, warming up, or the engine died
+    if unavailable is not None:
+        return unavailable, CLOSE_TRY_AGAIN
     refusal = state.admission.session_refusal(principal.key_id)
     if refusal == "server":
         detail = ErrorDetail(

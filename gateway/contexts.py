@@ -17,8 +17,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import numpy as np
 
+from gateway.availability import RETRY_ENGINE_DEAD_MS
 from gateway.context_stats import ENGINE_STAGES as ENGINE_STAGES
 from gateway.context_stats import ContextStats
+from gateway.engine_health import engine_failure
 from gateway.engine_wait import next_chunk_or_stall
 from gateway.outbound import (
     OutAudio,
@@ -40,6 +42,7 @@ from gateway.voices import VoiceNotFoundError
 from realtime_engine.audio.encoder import AudioEncoder, EncodedFrame
 from realtime_engine.engines.base import (
     ChunkingParams,
+    EngineDeadError,
     EngineError,
     EngineOverloadedError,
     SegmentRequest,
@@ -56,6 +59,8 @@ VoiceResolver = Callable[[str], Awaitable[VoiceReference | None]]
 
 # Higgs codec frames per second; caps a segment's engine budget.
 CODEC_FRAMES_PER_S = 25
+# How long a context failed from outside waits for its task's cleanup.
+FAIL_UNWIND_S = 1.0
 
 
 def to_engine_request(
@@ -190,9 +195,20 @@ class ContextWorker:
             await self._fail(e)
 
     async def _fail(self, exc: Exception) -> None:
-        if self.current_request is not None:
+        dead = engine_failure(self._engine)
+        if self.current_request is not None and dead is None:
             await self._engine.abort(self.current_request)
-        if isinstance(exc, VoiceNotFoundError):
+        if dead is not None or isinstance(exc, EngineDeadError):
+            # Whichever sees the death first (this stream or the health watch),
+            # the client hears the same retryable error.
+            detail = ErrorDetail(
+                type="server_error",
+                code=ErrorCode.ENGINE_UNAVAILABLE,
+                message=f"the engine died: {dead or exc}",
+                retryable=True,
+                retry_after_ms=RETRY_ENGINE_DEAD_MS,
+            )
+        elif isinstance(exc, VoiceNotFoundError):
             detail = ErrorDetail(
                 type="invalid_request_error",
                 code=ErrorCode.VOICE_NOT_FOUND,
@@ -224,6 +240,26 @@ class ContextWorker:
             )
         detail.context_id = self.context_id
         self._close("failed")
+        await self._out.put(OutEvent(error_event(detail), worker=self))
+        await self._out.put(OutDone(self, "failed", None))
+
+    async def fail_now(self, detail: ErrorDetail) -> None:
+        """Fail from outside, at once (the engine died): no abort, nothing to stop.
+
+        The task is cancelled and given a moment to unwind (a dead engine may
+        not answer its cleanup); the client then gets ``detail`` and
+        ``context.done{failed}``, as for a failure the worker saw itself.
+        """
+        if self.finished:
+            return
+        self._close("failed")
+        task = self.task
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            await asyncio.wait({task}, timeout=FAIL_UNWIND_S)
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                log.info("context %s unwound with %r", self.context_id, task.exception())
+        detail = detail.model_copy(update={"context_id": self.context_id})
         await self._out.put(OutEvent(error_event(detail), worker=self))
         await self._out.put(OutDone(self, "failed", None))
 

@@ -7,6 +7,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from gateway import safe_json
 from gateway.auth import AuthError
 from gateway.protocol import ErrorCode, ErrorDetail, invalid_request
 from gateway.state import GatewayState
@@ -45,3 +46,14 @@ def authenticate(request: Request, state: GatewayState) -> str:
         raise ApiError(
             401, ErrorDetail(type="authentication_error", code=e.code, message=e.message)
         ) from e
+
+
+def parse_json_body(raw: bytes) -> Any:
+    """A request body as JSON, depth-bounded and text-checked (``gateway.safe_json``)."""
+    try:
+        return safe_json.loads(raw)
+    except safe_json.JsonRejected as e:
+        code = ErrorCode.INVALID_VALUE if e.param else ErrorCode.INVALID_JSON
+        raise bad_request(str(e), e.param, code) from e
+    except ValueError as e:  # UnicodeDecodeError included
+        raise bad_request(f"the body is not valid JSON: {e}", None, ErrorCode.INVALID_JSON) from e

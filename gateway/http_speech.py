@@ -27,7 +27,14 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
-from gateway.http_errors import ApiError, authenticate, bad_request, error_response
+from gateway.availability import refusal
+from gateway.http_errors import (
+    ApiError,
+    authenticate,
+    bad_request,
+    error_response,
+    parse_json_body,
+)
 from gateway.http_voices import voice_routes
 from gateway.protocol import ErrorCode, ErrorDetail
 from gateway.speech_request import SpeechParams, parse_speech_request
@@ -274,12 +281,10 @@ class _AbortingStreamingResponse(StreamingResponse):
 async def create_speech(request: Request, state: GatewayState) -> Response:
     try:
         key_id = authenticate(request, state)
-        try:
-            body = await request.json()
-        except (ValueError, UnicodeDecodeError) as e:
-            raise bad_request(
-                f"the body is not valid JSON: {e}", None, ErrorCode.INVALID_JSON
-            ) from e
+        # Draining, or the engine died (HTTP requests wait for a warming engine).
+        if (unavailable := refusal(state, warming=False)) is not None:
+            raise ApiError(503, unavailable)
+        body = parse_json_body(await request.body())
         params = await _parse(body, state, key_id)
         encoder = _Encoder(params.response_format, state.engine.sample_rate, params.stream)
         voice, reference = await _resolve_voice(params, state, key_id)

@@ -10,7 +10,6 @@ neither list, use nor delete them.
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 from starlette.datastructures import UploadFile
@@ -18,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from gateway.http_errors import ApiError, authenticate, bad_request, error_response
+from gateway.http_errors import ApiError, authenticate, bad_request, error_response, parse_json_body
 from gateway.protocol import ErrorCode, ErrorDetail
 from gateway.state import GatewayState
 from gateway.voices import (
@@ -88,12 +87,7 @@ async def _read_create_body(
         raw = await request.body()
         if len(raw) > max_bytes:
             raise bad_request(f"the body is larger than {max_bytes} bytes", None)
-        try:
-            fields = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise bad_request(
-                f"the body is not valid JSON: {e}", None, ErrorCode.INVALID_JSON
-            ) from e
+        fields = parse_json_body(raw)
         if not isinstance(fields, dict):
             raise bad_request("the body must be a JSON object", None, ErrorCode.INVALID_JSON)
     audio_field = fields.get("audio")

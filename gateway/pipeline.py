@@ -15,6 +15,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from gateway.auth import ANONYMOUS
+from gateway.availability import refusal
 from gateway.contexts import ContextWorker
 from gateway.outbound import Outbound, OutCancelled, OutClose, OutEvent, Outgoing
 from gateway.protocol import (
@@ -91,6 +92,7 @@ class SessionPipeline:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
+        self.state.sessions.add(self)
         await self._execute(self.session.start())
         self._ticker = asyncio.create_task(self._tick_loop(), name=f"ticker-{self.session_id}")
 
@@ -101,6 +103,7 @@ class SessionPipeline:
         still cancelled and the bookkeeping already done.
         """
         self.closing = True
+        self.state.sessions.discard(self)
         workers = list(self.workers.values())
         try:
             for worker in workers:
@@ -115,11 +118,33 @@ class SessionPipeline:
             self.outbound.drain()
         await asyncio.gather(*pending, return_exceptions=True)
 
+    # ------------------------------------------------------------------ process events
+
+    @property
+    def open_context_count(self) -> int:
+        return len(self.workers)
+
+    async def fail_contexts(self, detail: ErrorDetail) -> None:
+        """The engine died: every open context fails now with ``detail``."""
+        await asyncio.gather(*(w.fail_now(detail) for w in list(self.workers.values())))
+
+    async def shut_down(self, detail: ErrorDetail, code: int) -> None:
+        """The drain ran out of time: cancel what is open with ``detail``, then close."""
+        for worker in list(self.workers.values()):
+            await self._stop_worker(worker, "cancelled")
+            cancelled = detail.model_copy(update={"context_id": worker.context_id})
+            await self.outbound.put(OutEvent(error_event(cancelled)))
+        if not self.closing:
+            self.closing = True
+            await self.outbound.put(OutClose(code, detail.code))
+
     # ------------------------------------------------------------------ socket side
 
     async def receive_text(self, data: str) -> None:
         now = time.perf_counter()
         self.last_message_at = now
+        # New contexts are refused while draining or after the engine died.
+        self.session.refusal = refusal(self.state)
         await self._execute(self.session.receive_text(data, now))
         self._wake.set()
 

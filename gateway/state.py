@@ -7,6 +7,7 @@ from typing import Protocol
 
 from gateway.auth import ANONYMOUS, Authenticator
 from gateway.metrics import GatewayMetrics
+from gateway.protocol import ErrorDetail
 from gateway.settings import GatewaySettings
 from realtime_engine.engines.base import SpeechEngine, UnsupportedVoiceError, VoiceReference
 
@@ -55,6 +56,21 @@ class EngineVoices:
         if not self.has(voice_id):
             raise ValueError(f"no voice named {voice_id!r}")
         return None
+
+
+class LiveSession(Protocol):
+    """What process-wide events (engine death, drain) need from an open session."""
+
+    @property
+    def open_context_count(self) -> int: ...
+
+    async def fail_contexts(self, detail: ErrorDetail) -> None:
+        """Fail every open context with ``detail`` (the engine died)."""
+        ...
+
+    async def shut_down(self, detail: ErrorDetail, code: int) -> None:
+        """Cancel open contexts with ``detail``, then close the socket with ``code``."""
+        ...
 
 
 @dataclass
@@ -114,8 +130,9 @@ class GatewayState:
     voices: VoiceRegistry
     admission: Admission
     ready: bool = False  # engine loaded and warmed
-    engine_error: str | None = None  # why the engine failed to start
+    engine_error: str | None = None  # why the engine failed to start, or died
     draining: bool = False  # shutting down: refuse new sessions with 1013
+    sessions: set[LiveSession] = field(default_factory=set)  # open WebSocket sessions
 
     @classmethod
     def create(

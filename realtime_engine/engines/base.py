@@ -104,6 +104,14 @@ class EngineError(RuntimeError):
     """A segment failed inside the engine; raised from its chunk iterator."""
 
 
+class EngineDeadError(EngineError):
+    """The engine itself has died (its process or thread is gone); nothing more will run.
+
+    Engines that can die say why from an optional ``failure() -> str | None``
+    method, which the gateway's health watch polls.
+    """
+
+
 class UnsupportedVoiceError(EngineError):
     """The engine cannot use the requested voice (or cannot clone voices)."""
 

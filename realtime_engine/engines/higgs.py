@@ -412,6 +412,11 @@ class HiggsEngine:
         runner_stats = getattr(self._runner, "stats", None)
         return runner_stats() if callable(runner_stats) else None
 
+    def failure(self) -> str | None:
+        """Why the talker is dead (vLLM engine core process, reference thread), else None."""
+        failure = getattr(self._runner, "failure", None)
+        return failure() if callable(failure) else None
+
     async def abort(self, request_id: str) -> None:
         if request_id not in self._running:
             return

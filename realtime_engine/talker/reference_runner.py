@@ -126,6 +126,7 @@ class ReferenceRunner:
             (max_batch, NUM_CODEBOOKS, HISTORY_WIDTH), -1, dtype=torch.int64, device=self.device
         )
         self._closing = False
+        self._death: str | None = None  # why the worker thread died, once it has
         self._steps = 0
         self._rows = 0
         self._prefills = 0
@@ -148,6 +149,8 @@ class ReferenceRunner:
         with self._lock:
             if self._closing:
                 raise TalkerError("the talker runner is closed")
+            if (dead := self.failure()) is not None:
+                raise TalkerError(dead)
             known = {s.request.request_id for s in self._waiting} | set(self._active)
             if request.request_id in known:
                 raise TalkerError(f"request id {request.request_id!r} is already running")
@@ -220,14 +223,30 @@ class ReferenceRunner:
 
     # ------------------------------------------------------------ worker side
     def _run(self) -> None:
-        with torch.inference_mode():
-            while True:
-                try:
-                    if not self._iteration():
-                        break
-                except Exception as e:
-                    self._fail_all(TalkerError(f"talker step failed: {e}"), e)
-            self._fail_all(TalkerError("the talker runner is closed"), None)
+        try:
+            with torch.inference_mode():
+                while True:
+                    try:
+                        if not self._iteration():
+                            break
+                    except Exception as e:
+                        self._fail_all(TalkerError(f"talker step failed: {e}"), e)
+                self._fail_all(TalkerError("the talker runner is closed"), None)
+        except BaseException as e:
+            # The thread itself is ending (not one step failing): nobody will
+            # serve these streams again, so end them now and say why.
+            # The thread ends here either way; the cause is reported through
+            # ``failure()`` (the gateway logs it once) rather than re-raised.
+            self._death = f"the talker thread died: {type(e).__name__} {e}".strip()
+            self._fail_all(TalkerError(self._death), e)
+
+    def failure(self) -> str | None:
+        """Why the worker thread is gone while the runner is not closing, else None."""
+        if self._death is not None:
+            return self._death
+        if not self._thread.is_alive() and not self._closing:
+            return "the talker thread exited"
+        return None
 
     def _iteration(self) -> bool:
         """Admit, then step once; False once the runner is closing."""

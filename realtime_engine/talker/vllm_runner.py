@@ -347,6 +347,20 @@ class VllmTalkerRunner:
         await self._engine.abort(request_id)
         stream.queue.put_nowait(_Aborted())
 
+    def failure(self) -> str | None:
+        """Why the vLLM engine is dead (its engine core process exited), else None.
+
+        vLLM watches its engine core processes itself and marks the client
+        errored at once when one exits; in-flight ``generate`` calls then fail.
+        """
+        engine = self._engine
+        if engine is None or not getattr(engine, "errored", False):
+            return None
+        resources = getattr(getattr(engine, "engine_core", None), "resources", None)
+        manager = getattr(resources, "engine_manager", None)
+        failed = getattr(manager, "failed_proc_name", None)
+        return f"the vLLM engine core{f' ({failed})' if failed else ''} died"
+
     async def close(self) -> None:
         if self._engine is None:
             return

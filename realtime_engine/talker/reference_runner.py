@@ -8,8 +8,13 @@ consumer, and feed the fused embedding of the row back through the model.
 Each request keeps its own KV cache, random stream and slot in the batched
 termination state, so requests join and leave at any step.
 
+Audio (:meth:`ReferenceRunner.speak`): the rows stay on the runner's device
+and are decoded into PCM chunks on this same thread, batched over the requests
+with a chunk due (:mod:`.reference_audio`).
+
 Back-pressure: a request whose consumer holds ``queue_rows`` undelivered rows
-sits out steps until the consumer catches up; others keep going.
+(or frames of audio) sits out steps until the consumer catches up; others
+keep going.
 """
 
 from __future__ import annotations
@@ -20,14 +25,20 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
 
+from realtime_engine.codec.streaming import HOP
 from realtime_engine.talker.sampling import BatchSampling, RequestNoise, push_history, sample_codes
 from realtime_engine.talker.termination import BatchTermination, eoc_bounds
-from realtime_engine.talker.types import NUM_CODEBOOKS, TalkerError, TalkerRequest
+from realtime_engine.talker.types import NUM_CODEBOOKS, PcmChunk, TalkerError, TalkerRequest
+
+if TYPE_CHECKING:
+    from realtime_engine.codec.decoder import CodecDecoder
+    from realtime_engine.engines.base import ChunkingParams
+    from realtime_engine.talker.reference_audio import ReferenceAudio
 
 # Codes remembered per codebook for repetition-aware sampling; the widest
 # RAS window a request may ask for.
@@ -75,11 +86,18 @@ _END = _End()
 class _Stream:
     """A request as the worker sees it; the consumer side lives on ``loop``."""
 
-    def __init__(self, request: TalkerRequest, loop: asyncio.AbstractEventLoop, cap: int) -> None:
+    def __init__(
+        self,
+        request: TalkerRequest,
+        loop: asyncio.AbstractEventLoop,
+        cap: int,
+        chunking: ChunkingParams | None = None,
+    ) -> None:
         self.request = request
         self.loop = loop
-        # Bounded by ``cap``: the worker skips a stream with ``cap`` undelivered rows.
-        self.queue: asyncio.Queue[np.ndarray | _End | BaseException] = asyncio.Queue()
+        self.chunking = chunking  # None: the consumer takes code rows
+        # Bounded: the worker skips a stream with ``queue_rows`` undelivered rows.
+        self.queue: asyncio.Queue[np.ndarray | PcmChunk | _End | BaseException] = asyncio.Queue()
         self.cap = cap
         self.undelivered = 0  # rows posted but not yet taken; guarded by the runner lock
         self.slot = -1
@@ -90,7 +108,7 @@ class _Stream:
         self.closed = False
         self.released = asyncio.Event()  # set on the consumer's loop once the slot is free
 
-    def post(self, item: np.ndarray | _End | BaseException) -> bool:
+    def post(self, item: np.ndarray | PcmChunk | _End | BaseException) -> bool:
         """Hand ``item`` to the consumer's loop; False when that loop is gone."""
         try:
             self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
@@ -110,6 +128,8 @@ class ReferenceRunner:
         max_batch: int = 32,
         queue_rows: int = 64,
         max_positions: int | None = None,
+        codec: CodecDecoder | None = None,
+        codec_batch: int = 64,
     ) -> None:
         self.model = model
         self.device = torch.device(device) if device is not None else model.device
@@ -125,6 +145,11 @@ class ReferenceRunner:
         self._history = torch.full(
             (max_batch, NUM_CODEBOOKS, HISTORY_WIDTH), -1, dtype=torch.int64, device=self.device
         )
+        self._audio: ReferenceAudio | None = None
+        if codec is not None:
+            from realtime_engine.talker.reference_audio import ReferenceAudio
+
+            self._audio = ReferenceAudio(codec, max_batch, self.device, max_batch=codec_batch)
         self._closing = False
         self._steps = 0
         self._rows = 0
@@ -137,6 +162,21 @@ class ReferenceRunner:
 
     # ------------------------------------------------------------ asyncio side
     def submit(self, request: TalkerRequest) -> AsyncIterator[np.ndarray]:
+        return self._iterate(self._start(request, None))  # type: ignore[return-value]
+
+    def speak(self, request: TalkerRequest, chunking: ChunkingParams) -> AsyncIterator[PcmChunk]:
+        if self._audio is None:
+            raise TalkerError("this runner has no codec to decode audio with")
+        from realtime_engine.codec.errors import InvalidChunkingError
+        from realtime_engine.codec.presets import validate_chunking
+
+        try:
+            validate_chunking(chunking)
+        except InvalidChunkingError as e:
+            raise TalkerError(f"invalid chunking: {e}") from e
+        return self._iterate(self._start(request, chunking))  # type: ignore[return-value]
+
+    def _start(self, request: TalkerRequest, chunking: ChunkingParams | None) -> _Stream:
         loop = asyncio.get_running_loop()
         sampling = request.sampling
         if sampling.ras_window > HISTORY_WIDTH:
@@ -144,7 +184,7 @@ class ReferenceRunner:
         cap = request.max_new_tokens
         if request.fixed_rows is not None:
             cap = request.fixed_rows
-        stream = _Stream(request, loop, max(cap, 0))
+        stream = _Stream(request, loop, max(cap, 0), chunking)
         with self._lock:
             if self._closing:
                 raise TalkerError("the talker runner is closed")
@@ -153,9 +193,9 @@ class ReferenceRunner:
                 raise TalkerError(f"request id {request.request_id!r} is already running")
             self._waiting.append(stream)
             self._lock.notify_all()
-        return self._iterate(stream)
+        return stream
 
-    async def _iterate(self, stream: _Stream) -> AsyncIterator[np.ndarray]:
+    async def _iterate(self, stream: _Stream) -> AsyncIterator[np.ndarray | PcmChunk]:
         try:
             while True:
                 item = await stream.queue.get()
@@ -164,8 +204,9 @@ class ReferenceRunner:
                 if isinstance(item, BaseException):
                     raise item
                 with self._lock:
-                    stream.undelivered -= 1
-                    if stream.undelivered == self.queue_rows - 1:
+                    before = stream.undelivered
+                    stream.undelivered -= _weight(item)
+                    if before >= self.queue_rows > stream.undelivered:
                         self._lock.notify_all()  # it may step again
                 yield item
         finally:
@@ -289,6 +330,8 @@ class ReferenceRunner:
             slot = torch.tensor([stream.slot], device=self.device)
             self._termination.reset(slot, torch.tensor([lo]), torch.tensor([at]))
             self._history.index_fill_(0, slot, -1)
+            if stream.chunking is not None and self._audio is not None:
+                self._audio.open(request.request_id, stream.slot, stream.chunking)
         except Exception as e:
             error = e if isinstance(e, TalkerError) else TalkerError(f"prefill failed: {e}")
             error.__cause__ = None if error is e else e
@@ -321,21 +364,44 @@ class ReferenceRunner:
         sampled = sample_codes(logits, self._termination.allowed(slots), params, noise, history)
         rows, done = self._termination.advance(slots, sampled.codes)
         self._history.index_copy_(0, slots, push_history(history, rows))
+        if self._audio is not None:
+            speaking = [i for i, s in enumerate(batch) if s.chunking is not None]
+            self._audio.write(
+                [batch[i].slot for i in speaking],
+                [batch[i].emitted for i in speaking],
+                rows[speaking] if len(speaking) < len(batch) else rows,
+            )
         rows_np = rows.cpu().numpy()
         done_np = done.cpu().numpy()
 
         going: list[int] = []
+        ending: list[_Stream] = []
+        now = time.perf_counter()
         with self._lock:
             for i, stream in enumerate(batch):
                 stream.emitted += 1
+                finished = bool(done_np[i]) or stream.emitted >= stream.cap
+                if stream.chunking is not None:
+                    self._speak_row(stream, finished, now)
+                    if finished:
+                        ending.append(stream)
+                    else:
+                        going.append(i)
+                    continue
                 stream.undelivered += 1
                 delivered = stream.post(rows_np[i].copy())
                 if not delivered:
                     self._release(stream, None)
-                elif bool(done_np[i]) or stream.emitted >= stream.cap:
+                elif finished:
                     self._release(stream, _END)
                 else:
                     going.append(i)
+        self._post_audio()
+        with self._lock:
+            for stream in ending:
+                if not stream.closed:
+                    self._release(stream, _END)
+            going = [i for i in going if not batch[i].closed]  # a codec failure ends some
         if going:
             idx = torch.tensor(going, device=rows.device)
             embeds = self.model.embed_audio_rows(rows.index_select(0, idx))
@@ -351,11 +417,44 @@ class ReferenceRunner:
             self._step_time_total += elapsed
             self._last_batch = len(batch)
 
+    def _speak_row(self, stream: _Stream, finished: bool, now: float) -> None:
+        """A row of an audio request is in the table: stamp its stage, tell the codec."""
+        timings = stream.request.timings
+        if timings is not None:
+            if stream.emitted == 1:
+                timings.first_row = now
+            if stream.emitted == NUM_CODEBOOKS:  # codebook 7 of frame 0 arrives here
+                timings.first_frame_row = now
+        if self._audio is not None:
+            self._audio.advance(stream.request.request_id, stream.emitted, finished)
+
+    def _post_audio(self) -> None:
+        """Decode the chunks now due and hand them to their consumers."""
+        if self._audio is None:
+            return
+        chunks, failed = self._audio.decode_due()
+        with self._lock:
+            for key, chunk in chunks:
+                stream = self._active.get(key)
+                if stream is None or stream.closed:
+                    continue
+                stream.undelivered += _weight(chunk)
+                if not stream.post(chunk):
+                    self._release(stream, None)
+            for key, error in failed:
+                stream = self._active.get(key)
+                if stream is not None:
+                    failure = TalkerError(f"codec decode failed: {error}")
+                    failure.__cause__ = error
+                    self._release(stream, failure)
+
     def _release(self, stream: _Stream, final: _End | BaseException | None) -> None:
         """Under the lock: free the slot and end the consumer's stream."""
         if self._active.get(stream.request.request_id) is stream:
             del self._active[stream.request.request_id]
             self._free_slots.append(stream.slot)
+            if stream.chunking is not None and self._audio is not None:
+                self._audio.close(stream.request.request_id)
         stream.cache = None
         stream.hidden = None
         self._finish(stream, final)
@@ -382,3 +481,8 @@ class ReferenceRunner:
             for stream in self._waiting:
                 self._finish(stream, fresh())
             self._waiting.clear()
+
+
+def _weight(item: np.ndarray | PcmChunk) -> int:
+    """What an item counts against ``queue_rows``: a row, or a chunk's frames."""
+    return max(1, item.pcm.size // HOP) if isinstance(item, PcmChunk) else 1

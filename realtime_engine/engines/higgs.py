@@ -137,7 +137,7 @@ class HiggsEngine:
 
         ``backend``: ``"reference"`` runs the talker in-process on PyTorch;
         ``"vllm"`` hands it to vLLM through
-        :func:`realtime_engine.talker.vllm_runner.create_talker_runner` with
+        :func:`realtime_engine.talker.runner_factory.create_talker_runner` with
         ``runner_options``; ``"auto"`` takes vLLM when it is importable and a
         CUDA device is present, else the reference runner. The codec runs
         beside the talker (vLLM's engine core, or the reference runner's
@@ -153,7 +153,7 @@ class HiggsEngine:
         if backend not in BACKENDS:
             raise EngineError(f"unknown talker backend {backend!r}; choose one of {BACKENDS}")
         if backend == "auto":
-            from realtime_engine.talker.vllm_runner import vllm_usable
+            from realtime_engine.talker.runner_factory import vllm_usable
 
             backend = "vllm" if vllm_usable() else "reference"
         if codec_precision not in CODEC_PRECISIONS:
@@ -180,7 +180,7 @@ class HiggsEngine:
                     codec_batch=codec_batch,
                 )
             else:
-                from realtime_engine.talker.vllm_runner import create_talker_runner
+                from realtime_engine.talker.runner_factory import create_talker_runner
 
                 path = resolve_model(model)
                 tokenizer = HiggsTokenizer.from_dir(path)

@@ -112,8 +112,10 @@ class SlotCodec:
         return self._streams.get(key)
 
     def detach(self, key: str) -> SlotStream | None:
-        """Forget ``key`` here and return its state (preemption keeps it elsewhere)."""
-        return self._streams.pop(key, None)
+        """Forget ``key`` (finished, aborted, or preempted: the caller may keep the
+        state and :meth:`attach` it again); its state, or None once it has ended."""
+        stream = self._streams.pop(key, None)
+        return None if stream is None or stream.ended else stream
 
     def attach(self, stream: SlotStream, slot: int) -> None:
         """Resume a detached stream, possibly in another slot."""
@@ -134,12 +136,10 @@ class SlotCodec:
         """Every chunk now due, at most one per request; a final chunk may be empty
         (it only tells the consumer that the audio ended)."""
         plans = []
-        for stream in list(self._streams.values()):
+        for stream in self._streams.values():
             plan = self._plan(stream)
             if plan is not None:
                 plans.append(plan)
-            if stream.ended:
-                del self._streams[stream.key]
         return plans
 
     def _plan(self, s: SlotStream) -> ChunkPlan | None:

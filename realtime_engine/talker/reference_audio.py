@@ -13,9 +13,11 @@ import numpy as np
 import torch
 
 from realtime_engine.codec.decoder import CodecDecoder
+from realtime_engine.codec.errors import InvalidChunkingError
+from realtime_engine.codec.presets import validate_chunking
 from realtime_engine.engines.base import ChunkingParams
 from realtime_engine.talker.slot_codec import SlotCodec
-from realtime_engine.talker.types import NUM_CODEBOOKS, PcmChunk
+from realtime_engine.talker.types import NUM_CODEBOOKS, PcmChunk, TalkerError, TalkerRequest
 
 _INITIAL_ROWS = 256
 
@@ -29,6 +31,13 @@ class ReferenceAudio:
         self._table = torch.zeros(
             slots, _INITIAL_ROWS, NUM_CODEBOOKS, dtype=torch.int16, device=device
         )
+
+    @staticmethod
+    def check(chunking: ChunkingParams) -> None:
+        try:
+            validate_chunking(chunking)
+        except InvalidChunkingError as e:
+            raise TalkerError(f"invalid chunking: {e}") from e
 
     def open(self, key: str, slot: int, chunking: ChunkingParams) -> None:
         self.codec.open(key, slot, 0, chunking)
@@ -54,8 +63,15 @@ class ReferenceAudio:
         index = torch.tensor([list(slots), list(rows_before)], device=self.device)
         self._table[index[0], index[1]] = rows.to(device=self.device, dtype=torch.int16)
 
-    def advance(self, key: str, rows: int, final: bool) -> None:
-        self.codec.advance(key, rows, final)
+    def row(self, request: TalkerRequest, rows: int, final: bool, now: float) -> None:
+        """Row ``rows - 1`` of ``request`` is in the table: stamp its stage, tell the codec."""
+        timings = request.timings
+        if timings is not None:
+            if rows == 1:
+                timings.first_row = now
+            if rows == NUM_CODEBOOKS:  # codebook 7 of frame 0 arrives here
+                timings.first_frame_row = now
+        self.codec.advance(request.request_id, rows, final)
 
     def decode_due(self) -> tuple[list[tuple[str, PcmChunk]], list[tuple[str, Exception]]]:
         """Chunks now due, per request key, in order; and the keys whose decode failed."""

@@ -24,13 +24,19 @@ import contextlib
 import threading
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from realtime_engine.codec.streaming import HOP
+from realtime_engine.talker.reference_streams import (
+    END,
+    End,
+    RunnerStats,
+    RunnerStream,
+    TalkerModel,
+    queue_weight,
+)
 from realtime_engine.talker.sampling import BatchSampling, RequestNoise, push_history, sample_codes
 from realtime_engine.talker.termination import BatchTermination, eoc_bounds
 from realtime_engine.talker.types import NUM_CODEBOOKS, PcmChunk, TalkerError, TalkerRequest
@@ -43,78 +49,6 @@ if TYPE_CHECKING:
 # Codes remembered per codebook for repetition-aware sampling; the widest
 # RAS window a request may ask for.
 HISTORY_WIDTH = 32
-
-
-class TalkerModel(Protocol):
-    """What the runner needs from :class:`realtime_engine.model.talker.HiggsTalker`."""
-
-    @property
-    def device(self) -> torch.device: ...
-
-    def new_cache(self, initial_capacity: int = 256) -> Any: ...
-
-    def embed_prompt(
-        self, token_ids: torch.Tensor, ref_rows: torch.Tensor | None = None
-    ) -> torch.Tensor: ...
-
-    def embed_audio_rows(self, rows: torch.Tensor) -> torch.Tensor: ...
-
-    def forward_embeds(self, embeds: torch.Tensor, caches: Any) -> torch.Tensor: ...
-
-    def audio_logits(self, hidden: torch.Tensor) -> torch.Tensor: ...
-
-
-@dataclass(frozen=True)
-class RunnerStats:
-    steps: int
-    rows: int
-    prefills: int
-    last_step_s: float
-    mean_step_s: float
-    last_batch_size: int
-    active: int
-    waiting: int
-
-
-class _End:
-    """Marks the end of a request's rows."""
-
-
-_END = _End()
-
-
-class _Stream:
-    """A request as the worker sees it; the consumer side lives on ``loop``."""
-
-    def __init__(
-        self,
-        request: TalkerRequest,
-        loop: asyncio.AbstractEventLoop,
-        cap: int,
-        chunking: ChunkingParams | None = None,
-    ) -> None:
-        self.request = request
-        self.loop = loop
-        self.chunking = chunking  # None: the consumer takes code rows
-        # Bounded: the worker skips a stream with ``queue_rows`` undelivered rows.
-        self.queue: asyncio.Queue[np.ndarray | PcmChunk | _End | BaseException] = asyncio.Queue()
-        self.cap = cap
-        self.undelivered = 0  # rows posted but not yet taken; guarded by the runner lock
-        self.slot = -1
-        self.cache: Any = None
-        self.hidden: torch.Tensor | None = None
-        self.noise: RequestNoise | None = None
-        self.emitted = 0
-        self.closed = False
-        self.released = asyncio.Event()  # set on the consumer's loop once the slot is free
-
-    def post(self, item: np.ndarray | PcmChunk | _End | BaseException) -> bool:
-        """Hand ``item`` to the consumer's loop; False when that loop is gone."""
-        try:
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
-        except RuntimeError:
-            return False
-        return True
 
 
 class ReferenceRunner:
@@ -137,8 +71,8 @@ class ReferenceRunner:
         self.queue_rows = queue_rows
         self.max_positions = max_positions
         self._lock = threading.Condition()
-        self._waiting: list[_Stream] = []
-        self._active: dict[str, _Stream] = {}
+        self._waiting: list[RunnerStream] = []
+        self._active: dict[str, RunnerStream] = {}
         self._abort_requested: set[str] = set()
         self._free_slots = list(range(max_batch - 1, -1, -1))
         self._termination = BatchTermination(max_batch, NUM_CODEBOOKS, self.device)
@@ -167,16 +101,10 @@ class ReferenceRunner:
     def speak(self, request: TalkerRequest, chunking: ChunkingParams) -> AsyncIterator[PcmChunk]:
         if self._audio is None:
             raise TalkerError("this runner has no codec to decode audio with")
-        from realtime_engine.codec.errors import InvalidChunkingError
-        from realtime_engine.codec.presets import validate_chunking
-
-        try:
-            validate_chunking(chunking)
-        except InvalidChunkingError as e:
-            raise TalkerError(f"invalid chunking: {e}") from e
+        self._audio.check(chunking)
         return self._iterate(self._start(request, chunking))  # type: ignore[return-value]
 
-    def _start(self, request: TalkerRequest, chunking: ChunkingParams | None) -> _Stream:
+    def _start(self, request: TalkerRequest, chunking: ChunkingParams | None) -> RunnerStream:
         loop = asyncio.get_running_loop()
         sampling = request.sampling
         if sampling.ras_window > HISTORY_WIDTH:
@@ -184,7 +112,7 @@ class ReferenceRunner:
         cap = request.max_new_tokens
         if request.fixed_rows is not None:
             cap = request.fixed_rows
-        stream = _Stream(request, loop, max(cap, 0), chunking)
+        stream = RunnerStream(request, loop, max(cap, 0), chunking)
         with self._lock:
             if self._closing:
                 raise TalkerError("the talker runner is closed")
@@ -195,17 +123,17 @@ class ReferenceRunner:
             self._lock.notify_all()
         return stream
 
-    async def _iterate(self, stream: _Stream) -> AsyncIterator[np.ndarray | PcmChunk]:
+    async def _iterate(self, stream: RunnerStream) -> AsyncIterator[np.ndarray | PcmChunk]:
         try:
             while True:
                 item = await stream.queue.get()
-                if isinstance(item, _End):
+                if isinstance(item, End):
                     return
                 if isinstance(item, BaseException):
                     raise item
                 with self._lock:
                     before = stream.undelivered
-                    stream.undelivered -= _weight(item)
+                    stream.undelivered -= queue_weight(item)
                     if before >= self.queue_rows > stream.undelivered:
                         self._lock.notify_all()  # it may step again
                 yield item
@@ -213,14 +141,14 @@ class ReferenceRunner:
             if not stream.closed:
                 self._request_abort(stream.request.request_id)
 
-    def _find(self, request_id: str) -> _Stream | None:
+    def _find(self, request_id: str) -> RunnerStream | None:
         """Under the lock: the live stream of ``request_id``."""
         stream = self._active.get(request_id)
         if stream is None:
             stream = next((s for s in self._waiting if s.request.request_id == request_id), None)
         return stream
 
-    def _request_abort(self, request_id: str) -> _Stream | None:
+    def _request_abort(self, request_id: str) -> RunnerStream | None:
         with self._lock:
             stream = self._find(request_id)
             if stream is not None:
@@ -294,11 +222,11 @@ class ReferenceRunner:
         self._abort_requested = set()
         for stream in [s for s in self._waiting if s.request.request_id in ids]:
             self._waiting.remove(stream)
-            self._finish(stream, _END)
+            self._finish(stream, END)
         for request_id in ids & set(self._active):
-            self._release(self._active[request_id], _END)
+            self._release(self._active[request_id], END)
 
-    def _take_admissions(self) -> list[_Stream]:
+    def _take_admissions(self) -> list[RunnerStream]:
         """Under the lock: move waiting requests into free slots."""
         admit = []
         while self._waiting and self._free_slots:
@@ -308,7 +236,7 @@ class ReferenceRunner:
             admit.append(stream)
         return admit
 
-    def _prefill(self, stream: _Stream) -> None:
+    def _prefill(self, stream: RunnerStream) -> None:
         request = stream.request
         try:
             prompt = request.prompt
@@ -343,7 +271,7 @@ class ReferenceRunner:
         with self._lock:
             self._prefills += 1
             if stream.cap == 0:
-                self._release(stream, _END)
+                self._release(stream, END)
 
     def _step(self) -> None:
         with self._lock:
@@ -375,14 +303,14 @@ class ReferenceRunner:
         done_np = done.cpu().numpy()
 
         going: list[int] = []
-        ending: list[_Stream] = []
+        ending: list[RunnerStream] = []
         now = time.perf_counter()
         with self._lock:
             for i, stream in enumerate(batch):
                 stream.emitted += 1
                 finished = bool(done_np[i]) or stream.emitted >= stream.cap
-                if stream.chunking is not None:
-                    self._speak_row(stream, finished, now)
+                if stream.chunking is not None and self._audio is not None:
+                    self._audio.row(stream.request, stream.emitted, finished, now)
                     if finished:
                         ending.append(stream)
                     else:
@@ -393,14 +321,14 @@ class ReferenceRunner:
                 if not delivered:
                     self._release(stream, None)
                 elif finished:
-                    self._release(stream, _END)
+                    self._release(stream, END)
                 else:
                     going.append(i)
         self._post_audio()
         with self._lock:
             for stream in ending:
                 if not stream.closed:
-                    self._release(stream, _END)
+                    self._release(stream, END)
             going = [i for i in going if not batch[i].closed]  # a codec failure ends some
         if going:
             idx = torch.tensor(going, device=rows.device)
@@ -417,17 +345,6 @@ class ReferenceRunner:
             self._step_time_total += elapsed
             self._last_batch = len(batch)
 
-    def _speak_row(self, stream: _Stream, finished: bool, now: float) -> None:
-        """A row of an audio request is in the table: stamp its stage, tell the codec."""
-        timings = stream.request.timings
-        if timings is not None:
-            if stream.emitted == 1:
-                timings.first_row = now
-            if stream.emitted == NUM_CODEBOOKS:  # codebook 7 of frame 0 arrives here
-                timings.first_frame_row = now
-        if self._audio is not None:
-            self._audio.advance(stream.request.request_id, stream.emitted, finished)
-
     def _post_audio(self) -> None:
         """Decode the chunks now due and hand them to their consumers."""
         if self._audio is None:
@@ -438,7 +355,7 @@ class ReferenceRunner:
                 stream = self._active.get(key)
                 if stream is None or stream.closed:
                     continue
-                stream.undelivered += _weight(chunk)
+                stream.undelivered += queue_weight(chunk)
                 if not stream.post(chunk):
                     self._release(stream, None)
             for key, error in failed:
@@ -448,7 +365,7 @@ class ReferenceRunner:
                     failure.__cause__ = error
                     self._release(stream, failure)
 
-    def _release(self, stream: _Stream, final: _End | BaseException | None) -> None:
+    def _release(self, stream: RunnerStream, final: End | BaseException | None) -> None:
         """Under the lock: free the slot and end the consumer's stream."""
         if self._active.get(stream.request.request_id) is stream:
             del self._active[stream.request.request_id]
@@ -459,7 +376,7 @@ class ReferenceRunner:
         stream.hidden = None
         self._finish(stream, final)
 
-    def _finish(self, stream: _Stream, final: _End | BaseException | None) -> None:
+    def _finish(self, stream: RunnerStream, final: End | BaseException | None) -> None:
         stream.closed = True
         if final is not None:
             stream.post(final)
@@ -481,8 +398,3 @@ class ReferenceRunner:
             for stream in self._waiting:
                 self._finish(stream, fresh())
             self._waiting.clear()
-
-
-def _weight(item: np.ndarray | PcmChunk) -> int:
-    """What an item counts against ``queue_rows``: a row, or a chunk's frames."""
-    return max(1, item.pcm.size // HOP) if isinstance(item, PcmChunk) else 1

@@ -106,7 +106,7 @@ class VllmAudio:
         """The sampler wrote this step's rows; ``packed`` ``[B, N + 3]`` (see
         :meth:`StepRows.packed`), ``keys`` the audio request of each batch row."""
         if any(k is not None for k in keys):
-            status = packed[:, NUM_CODEBOOKS:]
+            status = packed[:, NUM_CODEBOOKS:].contiguous()
             if self._cuda:
                 host = torch.empty(status.shape, dtype=status.dtype, pin_memory=True)
                 host.copy_(status, non_blocking=True)
@@ -117,6 +117,12 @@ class VllmAudio:
                 self._statuses.append(_Status(None, status.clone(), keys))
         self._settle(wait=False)
         self._decode_due()
+
+    def poll(self) -> None:
+        """Decode what the statuses on the host so far allow (never waits)."""
+        if self._statuses:
+            self._settle(wait=False)
+            self._decode_due()
 
     def _settle(self, *, wait: bool) -> None:
         """Apply the statuses that reached the host, oldest first."""

@@ -164,6 +164,10 @@ class HiggsModelState(DefaultModelState):
     # -- per-step inputs -----------------------------------------------------
 
     def prepare_inputs(self, input_batch: Any, req_states: Any) -> dict[str, Any]:
+        if self.audio is not None:
+            # Rows of the previous step are often on the host by now: start their
+            # chunks before this step's forward pass, so the two overlap.
+            self.audio.poll()
         out = super().prepare_inputs(input_batch, req_states)
         model = cast(Any, self.model)
         n = input_batch.num_tokens

@@ -156,8 +156,8 @@ def test_one_row_per_step_gives_the_streaming_decoders_chunks(
         expected = [c for row in r for c in reference.feed(row)] + reference.finish()
         got = [pcm for _, pcm, _ in sorted(h.chunks[key], key=lambda c: c[0]) if pcm.size]
         assert [c.size for c in got] == [c.size for c in expected]
-        for a, b in zip(got, expected, strict=True):
-            assert peak_error(a, b) <= 1e-5
+        if got:  # batched differently: equal up to rounding, relative to the peak
+            assert peak_error(np.concatenate(got), np.concatenate(expected)) <= 1e-5
 
 
 def test_a_reused_slot_and_a_moved_stream_leak_nothing(codec: CodecDecoder) -> None:

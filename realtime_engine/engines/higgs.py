@@ -116,7 +116,6 @@ class HiggsEngine:
         self._chunking = chunking or get_preset(DEFAULT_PRESET)
         self._clone_voices: dict[str, CloneVoice] = {}
         self._running: set[str] = set()
-        self._aborted: set[str] = set()
         self._started = False
 
     @classmethod
@@ -268,7 +267,6 @@ class HiggsEngine:
             raise EngineError(f"talker failed on {request_id!r}: {e}") from e
         finally:
             self._running.discard(request_id)
-            self._aborted.discard(request_id)
             aclose = getattr(chunks, "aclose", None)
             if aclose is not None:
                 await aclose()
@@ -281,7 +279,6 @@ class HiggsEngine:
     async def abort(self, request_id: str) -> None:
         if request_id not in self._running:
             return
-        self._aborted.add(request_id)
         await self._runner.abort(request_id)
 
     # ------------------------------------------------------------ lifecycle

@@ -54,6 +54,17 @@ class SlotStream:
     emitted: int = 0  # frames already planned into chunks
     ended: bool = False  # the final chunk is planned
     stamps: dict[str, float] = field(default_factory=dict)
+    # Rows at which the next chunk is due (kept so that a step with nothing due
+    # costs a comparison per request, not a plan).
+    next_rows: int = 0
+
+    def __post_init__(self) -> None:
+        self.next_rows = self.rows_for_next_chunk()
+
+    def rows_for_next_chunk(self) -> int:
+        p = self.chunking
+        need = next_chunk_frames(p, self.emitted)
+        return self.emitted + need + p.right_holdback_frames + DELAY_ROWS
 
 
 @dataclass(frozen=True)
@@ -99,6 +110,7 @@ class SlotCodec:
         self.num_codebooks = codec.dims.num_quantizers
         self.device = codec.fc2.weight.device
         self._streams: dict[str, SlotStream] = {}
+        self._ready: set[str] = set()  # streams that may have a chunk due
 
     # -- per-request state -------------------------------------------------------
 
@@ -115,20 +127,27 @@ class SlotCodec:
         """Forget ``key`` (finished, aborted, or preempted: the caller may keep the
         state and :meth:`attach` it again); its state, or None once it has ended."""
         stream = self._streams.pop(key, None)
+        self._ready.discard(key)
         return None if stream is None or stream.ended else stream
 
     def attach(self, stream: SlotStream, slot: int) -> None:
         """Resume a detached stream, possibly in another slot."""
         stream.slot = slot
         self._streams[stream.key] = stream
+        if stream.final or stream.rows >= stream.next_rows:
+            self._ready.add(stream.key)
 
     def advance(self, key: str, rows: int, final: bool = False) -> None:
         """``rows`` rows of ``key`` are in the table; ``final``: no more will come."""
         stream = self._streams.get(key)
         if stream is None or stream.ended:
             return
-        stream.rows = max(stream.rows, rows)
-        stream.final = stream.final or final
+        if rows > stream.rows:
+            stream.rows = rows
+        if final:
+            stream.final = True
+        if stream.final or stream.rows >= stream.next_rows:
+            self._ready.add(key)
 
     # -- planning ----------------------------------------------------------------
 
@@ -136,10 +155,13 @@ class SlotCodec:
         """Every chunk now due, at most one per request; a final chunk may be empty
         (it only tells the consumer that the audio ended)."""
         plans = []
-        for stream in self._streams.values():
+        for key in sorted(self._ready):  # sorted: the same batches every time
+            stream = self._streams[key]
             plan = self._plan(stream)
             if plan is not None:
                 plans.append(plan)
+            stream.next_rows = stream.rows_for_next_chunk()
+        self._ready.clear()
         return plans
 
     def _plan(self, s: SlotStream) -> ChunkPlan | None:

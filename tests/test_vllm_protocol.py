@@ -216,10 +216,10 @@ def test_step_rows_split_by_destination_keeping_only_valid_rows() -> None:
 
 
 def test_rows_cross_processes_sockets_in_order() -> None:
-    got: list[RowEvent | FailureEvent] = []
+    got: list[RowEvent | FailureEvent | PcmEvent] = []
     finished = threading.Event()
 
-    def deliver(event: RowEvent | FailureEvent) -> None:
+    def deliver(event: RowEvent | FailureEvent | PcmEvent) -> None:
         got.append(event)
         if isinstance(event, FailureEvent):
             finished.set()

@@ -138,19 +138,19 @@ def test_finished_preempted_and_reused_slots_give_whole_utterance_audio(
         step(audio, table, [("a", 0, i, a, False), ("b", 1, i, b, False)])
     # "a" is preempted: vLLM removes it, keeps nothing but what the state saved
     saved_rows = table[0].clone()
-    stream = audio.remove("a")
-    assert stream is not None and stream.rows == 20
+    audio.remove("a")
     # "c" takes slot 0 while "b" runs to its end
     audio.open(args("c", endpoint, exact), 0, PROMPT)
     for i in range(20, len(b)):
         step(audio, table, [("b", 1, i, b, i == len(b) - 1), ("c", 0, i - 20, c, False)])
-    assert audio.remove("b") is None  # finished: its final chunk went out, nothing to keep
+    audio.remove("b")  # finished: its final chunk goes out now
+    assert not audio.resume(args("b", endpoint, exact), 1)  # and nothing of it is kept
     for i in range(len(b) - 20, len(c)):
         step(audio, table, [("c", 0, i, c, i == len(c) - 1)])
-    assert audio.remove("c") is None
+    audio.remove("c")
     # "a" comes back in slot 2 with its restored rows
     table[2] = saved_rows
-    audio.resume(args("a", endpoint, exact), stream, 2)
+    assert audio.resume(args("a", endpoint, exact), 2)
     for i in range(20, len(a)):
         step(audio, table, [("a", 2, i, a, i == len(a) - 1)])
     audio.remove("a")
@@ -178,4 +178,30 @@ def test_a_codec_failure_fails_its_requests_only(inbox: Inbox) -> None:
     inbox.wait_for(1)
     assert isinstance(inbox.events[-1], FailureEvent)
     assert "codec kernel crashed" in inbox.events[-1].reason
-    assert audio.remove("x") is None  # nothing left of it
+    audio.remove("x")
+    assert not audio.resume(args("x", inbox.receiver.endpoint, None), 1)  # nothing left of it
+
+
+def test_a_status_landing_after_removal_reaches_the_resumed_request(
+    codec: CodecDecoder, inbox: Inbox
+) -> None:
+    """On CUDA a step's status can reach the host after vLLM removed the request
+    (preempted right at its last row): the kept state takes it, and the request
+    ends once it is back."""
+    table = torch.zeros(SLOTS, POSITIONS, 8, dtype=torch.int16)
+    audio = VllmAudio(codec, table)
+    endpoint = inbox.receiver.endpoint
+    rows = apply_delay(np.random.default_rng(5).integers(0, 1024, size=(12, 8)))
+    audio.open(args("d", endpoint, get_preset("balanced")), 0, PROMPT)
+    for i in range(len(rows) - 1):
+        step(audio, table, [("d", 0, i, rows, False)])
+    table[0, PROMPT + len(rows) - 1] = torch.from_numpy(rows[-1])  # the in-flight step's row
+    audio.remove("d")
+    step(audio, table, [("d", 0, len(rows) - 1, rows, True)])  # its status lands late
+    table[1] = table[0]
+    table[0].zero_()  # the old slot is someone else's now
+    assert audio.resume(args("d", endpoint, get_preset("balanced")), 1)
+    audio.poll()
+    step(audio, table, [])  # the next step decodes what became due
+    inbox.wait_for(1)
+    assert inbox.audio("d").size == 12 * 960

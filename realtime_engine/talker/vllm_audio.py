@@ -12,9 +12,8 @@ pinned memory, an event is recorded, and a sender thread waits for the event
 and pushes the chunks (the pattern of :mod:`.vllm_publish`). On CPU all of
 this happens inline.
 
-The host learns a step's rows one or two steps late (when its event has
-completed); a finished request's last status is awaited only when vLLM
-removes it, by which time vLLM has itself synchronised on that step.
+The host learns a step's rows when its event has completed: at the start of
+the next step at best. Nothing here waits for the device.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ import logging
 import queue
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,8 +63,13 @@ class _Outgoing:
 class VllmAudio:
     """Per-request audio state of the worker, over the talker's slot table."""
 
-    def __init__(self, codec: CodecDecoder, table: torch.Tensor, *, max_batch: int = 64) -> None:
+    def __init__(
+        self, codec: CodecDecoder, table: torch.Tensor, *, max_batch: int = 64, keep: int = 128
+    ) -> None:
         self.codec = SlotCodec(codec, max_batch=max_batch)
+        # Streams of requests vLLM removed unfinished (preempted or aborted).
+        self._detached: OrderedDict[str, SlotStream] = OrderedDict()
+        self._keep = keep
         self.table = table
         self.device = table.device
         self._cuda = self.device.type == "cuda"
@@ -83,18 +87,33 @@ class VllmAudio:
         self._args[args.correlation_id] = args
         self.codec.open(args.correlation_id, slot, prompt_len, args.chunking_params())
 
-    def resume(self, args: TalkerArgs, stream: SlotStream, slot: int) -> None:
+    def resume(self, args: TalkerArgs, slot: int) -> bool:
+        """A preempted request is back in ``slot`` (its rows restored there): go on
+        where its audio stopped. False when its state is gone."""
+        stream = self._detached.pop(args.correlation_id, None)
+        if stream is None:
+            return False
         self._args[args.correlation_id] = args
         self.codec.attach(stream, slot)
+        return True
 
-    def remove(self, key: str) -> SlotStream | None:
-        """vLLM let go of ``key``: send what its known rows allow (its final chunk
-        when it finished) and return its state if it may come back (preemption)."""
-        self._settle(wait=True)
+    def remove(self, key: str) -> None:
+        """vLLM let go of ``key``: send what its known rows allow, and keep its state
+        in case it comes back (preemption; bounded, oldest dropped first).
+
+        Never waits: a request vLLM saw finish has its last status on the host
+        already (vLLM learnt of the end from a token copied after it), so its
+        final chunk goes out now, before the slot is reused. Statuses still on
+        their way for an aborted or preempted request update the kept state.
+        """
+        self._settle(wait=False)
         self._decode_due()
         stream = self.codec.detach(key)
         self._args.pop(key, None)
-        return stream
+        if stream is not None:
+            self._detached[key] = stream
+            while len(self._detached) > self._keep:
+                self._detached.popitem(last=False)
 
     def fail(self, args: TalkerArgs, reason: str) -> None:
         failure = (args.correlation_id, reason)
@@ -139,14 +158,20 @@ class VllmAudio:
             for key, (valid, done, index) in zip(status.keys, values, strict=True):
                 if key is None or not valid:
                     continue
-                stream = self.codec.get(key)
+                attached = self.codec.get(key)
+                stream = attached or self._detached.get(key)
                 if stream is None:
                     continue
+                detached = attached is None
                 if index == 0:
                     stream.stamps.setdefault("first_row", now)
                 if index == NUM_CODEBOOKS - 1:  # codebook 7 of frame 0 arrives here
                     stream.stamps.setdefault("first_frame_row", now)
-                self.codec.advance(key, index + 1, bool(done))
+                if detached:  # a preempted request's last rows: kept for its return
+                    stream.rows = max(stream.rows, index + 1)
+                    stream.final = stream.final or bool(done)
+                else:
+                    self.codec.advance(key, index + 1, bool(done))
 
     def _decode_due(self) -> None:
         plans = self.codec.due()

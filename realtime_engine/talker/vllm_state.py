@@ -40,7 +40,6 @@ try:
 except ImportError:  # releases where MRv2 returned the shared V1 type
     from vllm.v1.outputs import SamplerOutput  # type: ignore[assignment]
 
-from realtime_engine.talker.slot_codec import SlotStream
 from realtime_engine.talker.vllm_audio import VllmAudio
 from realtime_engine.talker.vllm_protocol import TalkerArgs
 from realtime_engine.talker.vllm_publish import RowPublisher
@@ -81,6 +80,7 @@ class HiggsModelState(DefaultModelState):
                 codec,
                 self.slots.codes_by_pos,
                 max_batch=int(cast(Any, model).codec_options.get("max_batch", 64)),
+                keep=2 * self.max_num_reqs,
             )
             if codec is not None and first_rank
             else None
@@ -96,7 +96,7 @@ class HiggsModelState(DefaultModelState):
             if graphs_wanted(device, bool(vllm_config.model_config.enforce_eager))
             else None
         )
-        self._saved: OrderedDict[str, tuple[SavedSlot, SlotStream | None]] = OrderedDict()
+        self._saved: OrderedDict[str, SavedSlot] = OrderedDict()
         self.fallback_eos = int(
             getattr(vllm_config.model_config.hf_config.get_text_config(), "eos_token_id", 0) or 0
         )
@@ -135,9 +135,11 @@ class HiggsModelState(DefaultModelState):
                 self.publisher.fail(args, "resumed request has no saved audio history")
                 return
             self.slots.apply_params(slot, args)
-            saved[0].restore(self.slots, slot)
-            if saved[1] is not None and self.audio is not None:
-                self.audio.resume(args, saved[1], slot)
+            saved.restore(self.slots, slot)
+            audio = self.audio
+            if args.chunking is not None and audio is not None and not audio.resume(args, slot):
+                self.slots.stop(slot, args.eos_token_id)
+                audio.fail(args, "resumed request has no saved audio state")
             return
         self.slots.admit(slot, args, prompt_len, prefill_len)
         if args.chunking is not None and self.audio is not None:
@@ -153,10 +155,9 @@ class HiggsModelState(DefaultModelState):
             # Finished and preempted look alike here: send what the known rows allow
             # (all of a finished request's audio), and keep the audio history in case
             # the request comes back (bounded; the oldest entries go first).
-            stream = None
             if args.chunking is not None and self.audio is not None:
-                stream = self.audio.remove(args.correlation_id)
-            self._saved[req_id] = (SavedSlot.take(self.slots, slot), stream)
+                self.audio.remove(args.correlation_id)
+            self._saved[req_id] = SavedSlot.take(self.slots, slot)
             while len(self._saved) > 2 * self.max_num_reqs:
                 self._saved.popitem(last=False)
         self.slots.live[slot] = False

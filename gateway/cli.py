@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="JSON",
         help="options for the vLLM talker engine, e.g. "
-        '\'{"max_num_seqs": 256, "gpu_memory_utilization": 0.8}\' (default max_num_seqs 64)',
+        '\'{"max_num_seqs": 256, "gpu_memory_utilization": 0.8}\' (default max_num_seqs 256)',
     )
     serve.add_argument(
         "--codec-precision",

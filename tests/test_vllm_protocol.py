@@ -37,10 +37,10 @@ from realtime_engine.talker.vllm_protocol import (
     encode_failure,
     encode_pcm,
     encode_rows,
+    engine_prompt,
 )
 from realtime_engine.talker.vllm_publish import StepRows, split_by_endpoint
 from realtime_engine.talker.vllm_rows import RowPusher, RowReceiver
-from realtime_engine.talker.vllm_runner import engine_prompt
 from realtime_engine.talker.vllm_sampling import counter_noise, uniform_noise
 
 codes = st.integers(0, CODEBOOK_VOCAB - 1)

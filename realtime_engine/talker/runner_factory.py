@@ -59,6 +59,6 @@ def vllm_usable() -> bool:
 
     if importlib.util.find_spec("vllm") is None:
         return False
-    import torch
+    from realtime_engine.talker.vllm_engine_config import cuda_present
 
-    return bool(torch.cuda.is_available())
+    return cuda_present()

@@ -24,7 +24,15 @@ import numpy as np
 from realtime_engine.codec.errors import InvalidChunkingError
 from realtime_engine.codec.presets import validate_chunking
 from realtime_engine.engines.base import ChunkingParams
-from realtime_engine.talker.types import CODEBOOK_VOCAB, NUM_CODEBOOKS, PcmChunk
+from realtime_engine.model.config import AUDIO_PLACEHOLDER_ID
+from realtime_engine.model.tokenizer import SpecialIds
+from realtime_engine.talker.types import (
+    CODEBOOK_VOCAB,
+    NUM_CODEBOOKS,
+    PcmChunk,
+    TalkerError,
+    TalkerRequest,
+)
 
 EXTRA_ARGS_KEY = "higgs_talker"
 # vLLM ``additional_config`` entry with the engine core's codec settings.
@@ -236,3 +244,31 @@ def decode_message(frames: Sequence[bytes]) -> list[RowEvent | FailureEvent | Pc
         raise RowMessageError(f"row body holds {body.size} codes for {len(headers)} rows")
     rows = body.reshape(len(headers), NUM_CODEBOOKS).astype(np.int64)
     return [RowEvent(h, r) for h, r in zip(headers, rows, strict=True)]
+
+
+def engine_prompt(
+    request: TalkerRequest, specials: SpecialIds
+) -> tuple[list[int], int, tuple[tuple[int, ...], ...]]:
+    """Token ids for vLLM, plus where the voice-clone rows go.
+
+    Placeholders (-100) must form one run with one reference row each; they
+    become ``<|audio|>`` ids for vLLM (whose inputs must be vocabulary ids),
+    and the model embeds those positions from the rows instead.
+    """
+    ids = list(request.prompt.token_ids)
+    holes = [i for i, t in enumerate(ids) if t == AUDIO_PLACEHOLDER_ID]
+    ref = request.prompt.ref_rows
+    n_ref = 0 if ref is None else int(ref.shape[0])
+    if len(holes) != n_ref:
+        raise TalkerError(f"prompt has {len(holes)} audio placeholders but {n_ref} reference rows")
+    if not holes:
+        return ids, 0, ()
+    assert ref is not None
+    if holes[-1] - holes[0] + 1 != len(holes):
+        raise TalkerError("audio placeholders must be contiguous")
+    if ref.ndim != 2 or ref.shape[1] != NUM_CODEBOOKS:
+        raise TalkerError(f"reference rows must be [n, {NUM_CODEBOOKS}], got {ref.shape}")
+    for i in holes:
+        ids[i] = specials.audio
+    rows = tuple(tuple(int(c) for c in r) for r in np.asarray(ref))
+    return ids, holes[0], rows

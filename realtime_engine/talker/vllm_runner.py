@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import secrets
 import time
 from collections.abc import AsyncIterator
@@ -30,10 +31,14 @@ import numpy as np
 
 from realtime_engine.codec.streaming import HOP
 from realtime_engine.engines.base import ChunkingParams
-from realtime_engine.model.config import AUDIO_PLACEHOLDER_ID
 from realtime_engine.model.tokenizer import HiggsTokenizer, SpecialIds
 from realtime_engine.talker.termination import eoc_bounds
 from realtime_engine.talker.types import NUM_CODEBOOKS, PcmChunk, TalkerError, TalkerRequest
+from realtime_engine.talker.vllm_engine_config import (
+    ENGINE_ENV,
+    cuda_present,
+    default_compilation_config,
+)
 from realtime_engine.talker.vllm_protocol import (
     CODEC_CONFIG_KEY,
     MAX_RAS_WINDOW,
@@ -42,6 +47,7 @@ from realtime_engine.talker.vllm_protocol import (
     RowEvent,
     TalkerArgs,
     TalkerArgsError,
+    engine_prompt,
 )
 from realtime_engine.talker.vllm_rows import RowReceiver
 
@@ -75,34 +81,6 @@ class _Stream:
         self.done = False
 
 
-def engine_prompt(
-    request: TalkerRequest, specials: SpecialIds
-) -> tuple[list[int], int, tuple[tuple[int, ...], ...]]:
-    """Token ids for vLLM, plus where the voice-clone rows go.
-
-    Placeholders (-100) must form one run with one reference row each; they
-    become ``<|audio|>`` ids for vLLM (whose inputs must be vocabulary ids),
-    and the model embeds those positions from the rows instead.
-    """
-    ids = list(request.prompt.token_ids)
-    holes = [i for i, t in enumerate(ids) if t == AUDIO_PLACEHOLDER_ID]
-    ref = request.prompt.ref_rows
-    n_ref = 0 if ref is None else int(ref.shape[0])
-    if len(holes) != n_ref:
-        raise TalkerError(f"prompt has {len(holes)} audio placeholders but {n_ref} reference rows")
-    if not holes:
-        return ids, 0, ()
-    assert ref is not None
-    if holes[-1] - holes[0] + 1 != len(holes):
-        raise TalkerError("audio placeholders must be contiguous")
-    if ref.ndim != 2 or ref.shape[1] != NUM_CODEBOOKS:
-        raise TalkerError(f"reference rows must be [n, {NUM_CODEBOOKS}], got {ref.shape}")
-    for i in holes:
-        ids[i] = specials.audio
-    rows = tuple(tuple(int(c) for c in r) for r in np.asarray(ref))
-    return ids, holes[0], rows
-
-
 class VllmTalkerRunner:
     """:class:`~realtime_engine.talker.types.TalkerRunner` on a vLLM ``AsyncLLM`` engine."""
 
@@ -122,7 +100,7 @@ class VllmTalkerRunner:
         cls,
         model_dir: str | Path,
         *,
-        max_num_seqs: int = 64,
+        max_num_seqs: int = 256,
         max_model_len: int = 4096,
         dtype: str = "auto",
         enforce_eager: bool = False,
@@ -133,13 +111,22 @@ class VllmTalkerRunner:
     ) -> VllmTalkerRunner:
         """Start an engine on ``model_dir`` (a Higgs v3 checkpoint directory).
 
-        The engine core loads the bundled codec too and decodes audio there in
-        ``codec_precision``, up to ``codec_batch`` windows per call.
+        The talker's requirements are set here, not left to the caller's
+        environment: Model Runner V2 (the plugin's hooks live there; the engine
+        process inherits the variable), prefix caching off, and, on CUDA, full
+        CUDA graphs for every batch including prefills (see
+        :func:`default_compilation_config`). The engine core loads the bundled
+        codec too and decodes audio there in ``codec_precision``, up to
+        ``codec_batch`` windows per call.
         """
+        for name, value in ENGINE_ENV.items():
+            os.environ.setdefault(name, value)
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
         tokenizer = HiggsTokenizer.from_dir(model_dir)
+        if not enforce_eager and cuda_present():
+            engine_kwargs.setdefault("compilation_config", default_compilation_config())
         additional = dict(engine_kwargs.pop("additional_config", None) or {})
         additional[CODEC_CONFIG_KEY] = {"precision": codec_precision, "max_batch": codec_batch}
         args = AsyncEngineArgs(

@@ -37,6 +37,9 @@ from realtime_engine.talker.vllm_rows import RowPusher
 logger = logging.getLogger(__name__)
 
 _QUEUE_BATCHES = 256
+# Window of the start-up profiling decode: longer than any preset's steady
+# window (context + chunk + holdback: 47 frames for ``exact``).
+PROFILE_WINDOW_FRAMES = 64
 
 
 @dataclass
@@ -80,6 +83,19 @@ class VllmAudio:
         self._stream = torch.cuda.Stream(self.device) if self._cuda else None
         if self._cuda:
             threading.Thread(target=self._drain, name="talker-audio-sender", daemon=True).start()
+
+    def warm_up(self, width: int = PROFILE_WINDOW_FRAMES) -> None:
+        """One decode of the largest batch, on CUDA: called at vLLM's start-up
+        profiling run, so the KV cache is sized with the codec's activations
+        accounted for, and the codec's kernels are loaded before any request."""
+        if not self._cuda:
+            return
+        n = self.codec.max_batch
+        codes = torch.zeros(
+            n, self.codec.num_codebooks, width, dtype=torch.int64, device=self.device
+        )
+        offsets = torch.zeros(n, dtype=torch.int64, device=self.device)
+        self.codec.decode(CodecBatch([], codes, offsets, width * self.codec.hop))
 
     # -- request lifecycle ------------------------------------------------------
 

@@ -86,6 +86,7 @@ class HiggsModelState(DefaultModelState):
             else None
         )
         self._sends_audio = first_rank
+        self._codec_warm = False
         self._graphs = (
             PaddedStepGraphs(
                 self.slots.step,
@@ -201,6 +202,10 @@ class HiggsModelState(DefaultModelState):
         the row was a real step, both ``[B]`` (see :meth:`TalkerSlots.step`).
         Everything up to the row copy-out runs on the device; the host only
         routes rows to their destinations."""
+        if self.audio is not None and not self._codec_warm:
+            # The first call is vLLM's start-up profiling run.
+            self._codec_warm = True
+            self.audio.warm_up()
         b = input_batch.num_reqs
         logits = logits[:b]
         slots = input_batch.idx_mapping[:b]

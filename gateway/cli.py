@@ -69,7 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
         "tf32 or bf16 (faster, ~1e-3 rounding)",
     )
     serve.add_argument(
-        "--codec-batch", type=int, default=16, help="most chunk windows per codec call"
+        "--codec-batch",
+        type=int,
+        default=64,
+        help="most chunk windows per codec call (the codec runs beside the talker)",
     )
     serve.add_argument("--max-sessions", type=int, help="concurrent WebSocket sessions")
     serve.add_argument("--max-contexts", type=int, help="open contexts per session")
@@ -137,7 +140,7 @@ def build_engine(
     talker: str = "auto",
     talker_options: dict[str, object] | None = None,
     codec_precision: str = "fp32",
-    codec_batch: int = 16,
+    codec_batch: int = 64,
     fake_options: dict[str, object] | None = None,
 ) -> SpeechEngine:
     if kind == "fake":

@@ -15,8 +15,11 @@ from typing import Any, TypeVar
 
 import numpy as np
 import pytest
+import torch
 from vllm_support.cpu_env import apply_cpu_vllm_env, vllm_available
 
+from realtime_engine.codec.streaming import rows_to_frames
+from realtime_engine.engines.base import ChunkingParams
 from realtime_engine.model.prompts import build_clone_prompt, build_zero_shot_prompt
 from realtime_engine.model.tokenizer import HiggsTokenizer
 from realtime_engine.talker.delay import apply_delay, revert_delay
@@ -346,3 +349,124 @@ def test_greedy_rows_equal_the_reference_for_engine_clone_prompts(
         got = loops.run(generate(runner, TalkerRequest(f"clone{i}", prompt, GREEDY, 20)))
         assert got.shape == (20, 8)
         np.testing.assert_array_equal(got, expected, err_msg=f"clone prompt {i}")
+
+
+# ----------------------------------------------------------------- audio from the engine core
+
+EXACT = ChunkingParams(
+    first_chunk_frames=4, chunk_frames=25, left_context_frames=12, right_holdback_frames=10
+)
+
+
+@pytest.fixture(scope="module")
+def codec(tiny_checkpoint: Path) -> Any:
+    from realtime_engine.model.loader import load_talker
+
+    loaded = load_talker(tiny_checkpoint)
+    assert loaded.codec is not None
+    return loaded.codec
+
+
+def offline_audio(codec: Any, rows: np.ndarray) -> np.ndarray:
+    """The whole utterance decoded in one codec call (the reference for streamed audio)."""
+    frames = rows_to_frames(rows)
+    return codec.decode(torch.from_numpy(frames[None]))[0, 0].numpy()
+
+
+async def audio_of(
+    runner: Any, request: TalkerRequest, chunking: ChunkingParams = EXACT
+) -> np.ndarray:
+    frame = 0
+    pcm = []
+    final = 0
+    async for chunk in runner.speak(request, chunking):
+        assert chunk.start_frame == frame
+        frame += chunk.pcm.size // 960
+        pcm.append(chunk.pcm)
+        final += chunk.final
+    assert final == 1
+    return np.concatenate(pcm)
+
+
+def assert_close_to_peak(got: np.ndarray, want: np.ndarray) -> None:
+    assert got.shape == want.shape
+    assert float(np.abs(got - want).max()) <= 1e-5 * float(np.abs(want).max())
+
+
+def test_audio_from_the_engine_core_equals_the_offline_decode_of_the_greedy_rows(
+    engine: tuple[Any, LoopThread],
+    prompts: list[TalkerPrompt],
+    reference_rows: list[np.ndarray],
+    codec: Any,
+) -> None:
+    runner, loops = engine
+
+    async def staggered() -> list[np.ndarray]:
+        tasks = []
+        for i, prompt in enumerate(prompts):
+            request = TalkerRequest(f"audio{i}", prompt, GREEDY, max_new_tokens=24)
+            tasks.append(asyncio.create_task(audio_of(runner, request)))
+            await asyncio.sleep(0.1 * (i + 1))  # joins while the others decode
+        return list(await asyncio.gather(*tasks))
+
+    for got, rows in zip(loops.run(staggered()), reference_rows, strict=True):
+        assert_close_to_peak(got, offline_audio(codec, rows))
+
+
+def test_preempted_audio_requests_resume_their_codec_state(
+    engine: tuple[Any, LoopThread], prompts: list[TalkerPrompt], codec: Any
+) -> None:
+    runner, loops = engine
+
+    def request(rid: str, i: int) -> TalkerRequest:
+        return TalkerRequest(rid, prompts[i], GREEDY, fixed_rows=80)
+
+    rows = [loops.run(generate(runner, request(f"apre-rows{i}", i))) for i in (0, 1)]
+
+    async def together() -> list[np.ndarray]:
+        return list(
+            await asyncio.gather(*(audio_of(runner, request(f"apre{i}", i)) for i in (0, 1)))
+        )
+
+    for got, r in zip(loops.run(together()), rows, strict=True):
+        assert_close_to_peak(got, offline_audio(codec, r))
+
+
+def test_audio_aborted_mid_chunk_leaves_nothing_to_the_next_request(
+    engine: tuple[Any, LoopThread],
+    prompts: list[TalkerPrompt],
+    reference_rows: list[np.ndarray],
+    codec: Any,
+) -> None:
+    runner, loops = engine
+    latency = ChunkingParams(1, 10, 10, 2)
+
+    async def abort_then_again() -> tuple[int, np.ndarray]:
+        first = runner.speak(TalkerRequest("amid", prompts[1], GREEDY, fixed_rows=100), latency)
+        chunk = await anext(first)
+        await runner.abort("amid")
+        rest = [c async for c in first]
+        # the same id, another prompt: a fresh codec state in a reused slot
+        again = TalkerRequest("amid", prompts[0], GREEDY, max_new_tokens=24)
+        return chunk.pcm.size + sum(c.pcm.size for c in rest), await audio_of(runner, again)
+
+    got_before, audio = loops.run(abort_then_again())
+    assert 0 < got_before < 93 * 960
+    assert_close_to_peak(audio, offline_audio(codec, reference_rows[0]))
+
+
+def test_the_engine_core_stamps_the_first_rows_of_audio_requests(
+    engine: tuple[Any, LoopThread], prompts: list[TalkerPrompt]
+) -> None:
+    from realtime_engine.talker.types import TalkerTimings
+
+    runner, loops = engine
+    timings = TalkerTimings()
+    submitted = time.perf_counter()
+    request = TalkerRequest("astamp", prompts[2], GREEDY, fixed_rows=12, timings=timings)
+    audio = loops.run(audio_of(runner, request, ChunkingParams(1, 1, 0, 0)))
+    assert audio.size == 5 * 960
+    assert timings.prefilled is not None and timings.first_row is not None
+    assert timings.first_frame_row is not None
+    assert submitted < timings.prefilled <= timings.first_row < timings.first_frame_row
+    assert timings.first_frame_row < time.perf_counter()

@@ -42,10 +42,14 @@ REFERENCE_TEXT = "this is what the reference clip says."
 STAGES = ("prefilled", "first_row", "first_frame_row", "first_chunk")
 
 
-def _model_dir(root: Path, cpu: bool) -> tuple[Path, dict[str, Any]]:
-    """Tiny checkpoint (CPU), or a real-size config with the tiny tokenizer (GPU, dummy weights)."""
+def _model_dir(root: Path, cpu: bool, model: str | None) -> tuple[Path, dict[str, Any]]:
+    """Tiny checkpoint (CPU); ``model`` (a real-size checkpoint with its codec: the
+    engine core decodes); else a real-size config with the tiny tokenizer (GPU,
+    dummy weights)."""
     from realtime_engine.model.tiny import write_tiny_checkpoint
 
+    if model is not None:
+        return Path(model), {"dtype": "bfloat16", "gpu_memory_utilization": 0.6}
     tiny = write_tiny_checkpoint(root / "tiny")
     if cpu:
         return tiny, {"dtype": "float32", "enforce_eager": True, "block_size": 32}
@@ -57,17 +61,16 @@ def _model_dir(root: Path, cpu: bool) -> tuple[Path, dict[str, Any]]:
     return real, {"dtype": "bfloat16", "load_format": "dummy", "gpu_memory_utilization": 0.6}
 
 
-def _codec(cpu: bool, device: str) -> tuple[Any, Any]:
-    """A random codec decoder and encoder (real sizes on the GPU)."""
+def _encoder(cpu: bool, device: str) -> Any:
+    """A random codec encoder (real size on the GPU): what ``voice.create`` runs once."""
     import torch
 
-    from realtime_engine.codec.decoder import load_codec_decoder
     from realtime_engine.codec.encoder import load_codec_encoder
     from realtime_engine.codec.layout import CodecDims, random_codec_state_dict
 
     dims = CodecDims.tiny() if cpu else CodecDims.higgs_v3()
     state = random_codec_state_dict(dims, torch.Generator().manual_seed(0))
-    return load_codec_decoder(state, device=device), load_codec_encoder(state, device=device)
+    return load_codec_encoder(state, device=device)
 
 
 def _summary(values: list[float]) -> dict[str, float]:
@@ -83,7 +86,7 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from realtime_engine.engines.base import SegmentRequest, SegmentTimings, VoiceReference
-    from realtime_engine.engines.higgs import HiggsEngine, codec_decode_fn
+    from realtime_engine.engines.higgs import HiggsEngine
     from realtime_engine.model.tokenizer import HiggsTokenizer
     from realtime_engine.talker.types import TalkerSampling
     from realtime_engine.talker.vllm_runner import VllmTalkerRunner
@@ -92,14 +95,14 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
     seconds = [float(s) for s in args.seconds.split(",")]
     report: dict[str, Any] = {"cpu_smoke": args.cpu_smoke, "reps": args.reps, "levels": {}}
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir, options = _model_dir(Path(tmp), args.cpu_smoke)
-        decoder, encoder = _codec(args.cpu_smoke, device)
+        model_dir, options = _model_dir(Path(tmp), args.cpu_smoke, args.model)
+        encoder = _encoder(args.cpu_smoke, device)
         t0 = time.perf_counter()
         runner = VllmTalkerRunner.from_model_dir(
             model_dir, max_num_seqs=4, max_model_len=args.max_model_len, **options
         )
         report["engine_start_s"] = round(time.perf_counter() - t0, 1)
-        engine = HiggsEngine(runner, HiggsTokenizer.from_dir(model_dir), codec_decode_fn(decoder))
+        engine = HiggsEngine(runner, HiggsTokenizer.from_dir(model_dir))
         rng = np.random.default_rng(0)
         try:
             await engine.start()
@@ -181,6 +184,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--frames", type=int, default=20, help="frames each segment generates")
     ap.add_argument("--max-model-len", type=int, default=1024)
+    ap.add_argument(
+        "--model",
+        default=None,
+        help="a real-size checkpoint with its codec (GPU; e.g. /root/higgs_v3_random)",
+    )
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args(argv)
     if args.reps is None:

@@ -105,8 +105,10 @@ class PaddedStepGraphs:
         size = self.bucket(b)
         if size is None or b == 0:
             return None
-        if self._logits is None or tuple(self._logits.shape[1:]) != tuple(logits.shape[1:]) or (
-            self._logits.dtype != logits.dtype
+        if (
+            self._logits is None
+            or tuple(self._logits.shape[1:]) != tuple(logits.shape[1:])
+            or (self._logits.dtype != logits.dtype)
         ):
             try:
                 self._prepare(logits.shape[1], logits.dtype)

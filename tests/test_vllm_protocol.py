@@ -155,6 +155,7 @@ def test_pcm_messages_round_trip(sizes: list[int], data: st.DataObject) -> None:
             n,
             data.draw(st.booleans()),
             data.draw(stamp),
+            data.draw(st.none() | st.integers(0, 40).map(_rows)),
         )
         for n in sizes
     ]
@@ -168,6 +169,16 @@ def test_pcm_messages_round_trip(sizes: list[int], data: st.DataObject) -> None:
         assert event.chunk.start_frame == header.start_frame
         assert event.chunk.final == header.final and event.stamps == header.stamps
         np.testing.assert_array_equal(event.chunk.pcm, chunk)
+        if header.rows is None:
+            assert event.chunk.rows is None
+        else:
+            assert event.chunk.rows is not None
+            np.testing.assert_array_equal(event.chunk.rows, header.rows)
+
+
+def _rows(n: int) -> np.ndarray:
+    """Delay-patterned rows as the worker returns them: codes and BOC/EOC, int16."""
+    return np.random.default_rng(n).integers(0, 1026, size=(n, 8)).astype(np.int16)
 
 
 def test_malformed_pcm_messages_are_typed_errors() -> None:

@@ -413,6 +413,26 @@ def test_audio_from_the_engine_core_equals_the_offline_decode_of_the_greedy_rows
         assert_close_to_peak(got, offline_audio(codec, rows))
 
 
+def test_an_audio_request_gets_its_rows_back_with_its_final_chunk_when_it_asks(
+    engine: tuple[Any, LoopThread], prompts: list[TalkerPrompt], reference_rows: list[np.ndarray]
+) -> None:
+    """What a context's voice anchor is made of: the engine core sends the request's
+    own rows once, on the final chunk, and only to a request that asked."""
+    runner, loops = engine
+
+    async def finals(return_rows: bool) -> list[Any]:
+        request = TalkerRequest(
+            f"rows-back-{return_rows}", prompts[0], GREEDY, max_new_tokens=24,
+            return_rows=return_rows,
+        )
+        return [chunk async for chunk in runner.speak(request, EXACT)]
+
+    asked = loops.run(finals(True))
+    assert [c.rows is not None for c in asked] == [False] * (len(asked) - 1) + [True]
+    np.testing.assert_array_equal(asked[-1].rows, reference_rows[0])
+    assert all(c.rows is None for c in loops.run(finals(False)))
+
+
 def test_preempted_audio_requests_resume_their_codec_state(
     engine: tuple[Any, LoopThread], prompts: list[TalkerPrompt], codec: Any
 ) -> None:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from realtime_engine.engines.base import SegmentRequest, VoiceReference
 from realtime_engine.engines.continuity import VoiceContinuity
-from realtime_engine.engines.higgs import HiggsEngine, codec_decode_fn
+from realtime_engine.engines.higgs import HiggsEngine
 from realtime_engine.model.config import AUDIO_PLACEHOLDER_ID
 from realtime_engine.model.loader import LoadedTalker, load_talker
 from realtime_engine.model.prompts import build_clone_prompt, build_zero_shot_prompt
@@ -33,7 +33,7 @@ def tiny(tiny_checkpoint: Path) -> LoadedTalker:
 @pytest.fixture
 def engine(tiny: LoadedTalker) -> Iterator[HiggsEngine]:
     assert tiny.codec is not None
-    eng = HiggsEngine(ReferenceRunner(tiny.model), tiny.tokenizer, codec_decode_fn(tiny.codec))
+    eng = HiggsEngine(ReferenceRunner(tiny.model, codec=tiny.codec), tiny.tokenizer)
     yield eng
     asyncio.run(eng.close())
 

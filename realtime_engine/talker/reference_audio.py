@@ -17,7 +17,13 @@ from realtime_engine.codec.errors import InvalidChunkingError
 from realtime_engine.codec.presets import validate_chunking
 from realtime_engine.engines.base import ChunkingParams
 from realtime_engine.talker.slot_codec import SlotCodec
-from realtime_engine.talker.types import NUM_CODEBOOKS, PcmChunk, TalkerError, TalkerRequest
+from realtime_engine.talker.types import (
+    MAX_RETURNED_ROWS,
+    NUM_CODEBOOKS,
+    PcmChunk,
+    TalkerError,
+    TalkerRequest,
+)
 
 _INITIAL_ROWS = 256
 
@@ -31,6 +37,7 @@ class ReferenceAudio:
         self._table = torch.zeros(
             slots, _INITIAL_ROWS, NUM_CODEBOOKS, dtype=torch.int16, device=device
         )
+        self._return_rows: set[str] = set()  # requests that get their rows back at the end
 
     @staticmethod
     def check(chunking: ChunkingParams) -> None:
@@ -39,11 +46,23 @@ class ReferenceAudio:
         except InvalidChunkingError as e:
             raise TalkerError(f"invalid chunking: {e}") from e
 
-    def open(self, key: str, slot: int, chunking: ChunkingParams) -> None:
+    def open(
+        self, key: str, slot: int, chunking: ChunkingParams, *, return_rows: bool = False
+    ) -> None:
         self.codec.open(key, slot, 0, chunking)
+        if return_rows:
+            self._return_rows.add(key)
 
     def close(self, key: str) -> None:
         self.codec.detach(key)
+        self._return_rows.discard(key)
+
+    def _rows_of(self, key: str, final: bool) -> np.ndarray | None:
+        stream = self.codec.get(key)
+        if not final or key not in self._return_rows or stream is None:
+            return None
+        n = min(stream.rows, MAX_RETURNED_ROWS)
+        return self._table[stream.slot, :n].cpu().numpy().astype(np.int64)
 
     def write(self, slots: Sequence[int], rows_before: Sequence[int], rows: torch.Tensor) -> None:
         """Row ``rows_before[i]`` of the request in ``slots[i]`` is ``rows[i]``."""
@@ -86,10 +105,12 @@ class ReferenceAudio:
                 failed.extend((plan.key, e) for plan in batch.plans)
                 continue
             for i, plan in enumerate(batch.plans):
-                chunk = PcmChunk(plan.first_frame, pcm[i, : plan.emit * hop].copy(), plan.final)
-                chunks.append((plan.key, chunk))
+                pcm_i = pcm[i, : plan.emit * hop].copy()
+                rows = self._rows_of(plan.key, plan.final)
+                chunks.append((plan.key, PcmChunk(plan.first_frame, pcm_i, plan.final, rows)))
         for plan in plans:
             if plan.emit == 0:
                 empty = np.zeros(0, dtype=np.float32)
-                chunks.append((plan.key, PcmChunk(plan.first_frame, empty, True)))
+                rows = self._rows_of(plan.key, True)
+                chunks.append((plan.key, PcmChunk(plan.first_frame, empty, True, rows)))
         return chunks, failed

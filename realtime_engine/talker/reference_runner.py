@@ -278,7 +278,12 @@ class ReferenceRunner:
             self._termination.reset(slot, torch.tensor([lo]), torch.tensor([at]))
             self._history.index_fill_(0, slot, -1)
             if stream.chunking is not None and self._audio is not None:
-                self._audio.open(request.request_id, stream.slot, stream.chunking)
+                self._audio.open(
+                    request.request_id,
+                    stream.slot,
+                    stream.chunking,
+                    return_rows=request.return_rows,
+                )
         except Exception as e:
             error = e if isinstance(e, TalkerError) else TalkerError(f"prefill failed: {e}")
             error.__cause__ = None if error is e else e

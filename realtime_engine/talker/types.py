@@ -57,6 +57,10 @@ class TalkerTimings:
     first_frame_row: float | None = None  # the row that completes frame 0 exists
 
 
+# Most rows a request gets back with ``return_rows`` (its first rows; 40 s of audio).
+MAX_RETURNED_ROWS = 1024
+
+
 @dataclass(frozen=True)
 class PcmChunk:
     """Audio of consecutive codec frames, decoded where the talker runs.

@@ -30,7 +30,7 @@ import torch
 
 from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.talker.slot_codec import ChunkPlan, CodecBatch, SlotCodec, SlotStream
-from realtime_engine.talker.types import NUM_CODEBOOKS
+from realtime_engine.talker.types import MAX_RETURNED_ROWS, NUM_CODEBOOKS
 from realtime_engine.talker.vllm_protocol import PcmHeader, TalkerArgs
 from realtime_engine.talker.vllm_rows import RowPusher
 
@@ -61,6 +61,10 @@ class _Outgoing:
     endpoints: list[str]
     stamps: list[dict[str, float] | None]
     failure: tuple[str, str] | None = None  # correlation id, reason
+    # Per plan: the request's rows on the host ([n, 8] int16), for requests that
+    # asked for them on their final chunk (copied behind ``rows_event``).
+    rows: list[torch.Tensor | None] | None = None
+    rows_event: torch.cuda.Event | None = None
 
 
 class VllmAudio:
@@ -234,13 +238,33 @@ class VllmAudio:
         self, plans: list[ChunkPlan], event: torch.cuda.Event | None, pcm: torch.Tensor | None
     ) -> None:
         endpoints, stamps = [], []
+        rows: list[torch.Tensor | None] = []
         for plan in plans:
             args = self._args.get(plan.key)
             stream = self.codec.get(plan.key)
             endpoints.append(args.endpoint if args is not None else "")
             first = plan.first_frame == 0 or plan.emit == 0
             stamps.append(dict(stream.stamps) if stream is not None and first else None)
-        self._send(_Outgoing(event, pcm, plans, endpoints, stamps))
+            wanted = plan.final and args is not None and args.return_rows and stream is not None
+            rows.append(self._rows_to_host(stream) if wanted and stream is not None else None)
+        rows_event = None
+        if self._cuda and any(r is not None for r in rows):
+            rows_event = torch.cuda.Event()
+            rows_event.record()
+        self._send(
+            _Outgoing(event, pcm, plans, endpoints, stamps, rows=rows, rows_event=rows_event)
+        )
+
+    def _rows_to_host(self, stream: SlotStream) -> torch.Tensor:
+        """A request's rows, copied off the table on the current stream (ordered before
+        any later request's writes to the slot); never waited on here."""
+        n = min(stream.rows, MAX_RETURNED_ROWS)
+        rows = self.table[stream.slot, stream.base : stream.base + n]
+        if not self._cuda:
+            return rows.to(torch.int16).clone()
+        host = torch.empty(rows.shape, dtype=torch.int16, pin_memory=True)
+        host.copy_(rows, non_blocking=True)
+        return host
 
     def _fail_plans(self, plans: list[ChunkPlan], error: Exception) -> None:
         logger.exception("codec decode failed", exc_info=error)
@@ -264,6 +288,8 @@ class VllmAudio:
             return
         if item.event is not None:
             item.event.synchronize()
+        if item.rows_event is not None:
+            item.rows_event.synchronize()
         pcm = None if item.host is None else item.host.numpy()
         groups: dict[str, tuple[list[PcmHeader], list[np.ndarray]]] = {}
         for i, plan in enumerate(item.plans):
@@ -272,8 +298,16 @@ class VllmAudio:
             samples = plan.emit * self.codec.hop
             chunk = np.zeros(0, np.float32) if pcm is None else pcm[i, :samples]
             headers, chunks = groups.setdefault(item.endpoints[i], ([], []))
+            rows = None if item.rows is None else item.rows[i]
             headers.append(
-                PcmHeader(plan.key, plan.first_frame, samples, plan.final, item.stamps[i])
+                PcmHeader(
+                    plan.key,
+                    plan.first_frame,
+                    samples,
+                    plan.final,
+                    item.stamps[i],
+                    None if rows is None else rows.numpy(),
+                )
             )
             chunks.append(chunk)
         for endpoint, (headers, chunks) in groups.items():

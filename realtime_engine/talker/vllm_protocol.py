@@ -14,6 +14,8 @@ index and whether it is the last, plus the rows as little-endian int16
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -73,6 +75,8 @@ class TalkerArgs:
     ref_rows: tuple[tuple[int, ...], ...] = ()
     # Audio instead of rows: ChunkingParams fields in order (chunk_growth may be None).
     chunking: tuple[int, int, int, int, float | None] | None = None
+    # Audio requests: send the request's rows back with its final chunk.
+    return_rows: bool = False
 
     def __post_init__(self) -> None:
         if not self.correlation_id or not self.endpoint:
@@ -167,6 +171,8 @@ class PcmHeader:
     # Worker-side time.perf_counter() stamps (first chunk only): "first_row",
     # "first_frame_row". One host, one monotonic clock for every process.
     stamps: dict[str, float] | None = None
+    # The request's delay-patterned rows [n, 8] (final chunk, when asked for).
+    rows: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -196,14 +202,39 @@ def encode_pcm(headers: Sequence[PcmHeader], pcm: Sequence[np.ndarray]) -> list[
     ):
         raise RowMessageError("PCM chunks do not match their headers")
     head = json.dumps(
-        [[h.correlation_id, h.start_frame, h.samples, int(h.final), h.stamps] for h in headers]
+        [
+            [h.correlation_id, h.start_frame, h.samples, int(h.final), h.stamps, _rows_text(h.rows)]
+            for h in headers
+        ]
     ).encode()
     body = b"".join(np.ascontiguousarray(p, dtype=_PCM_DTYPE).tobytes() for p in pcm)
     return [_PCM, head, body]
 
 
+def _rows_text(rows: np.ndarray | None) -> str | None:
+    """Rows for a JSON header: int16 bytes in base64 (once per request, a few KB)."""
+    if rows is None:
+        return None
+    if rows.ndim != 2 or rows.shape[1] != NUM_CODEBOOKS:
+        raise RowMessageError(f"rows must be [n, {NUM_CODEBOOKS}], got {rows.shape}")
+    return base64.b64encode(np.ascontiguousarray(rows, dtype=_ROW_DTYPE).tobytes()).decode()
+
+
+def _rows_from_text(text: object) -> np.ndarray | None:
+    if text is None:
+        return None
+    raw = base64.b64decode(str(text), validate=True)
+    codes = np.frombuffer(raw, dtype=_ROW_DTYPE)
+    if codes.size % NUM_CODEBOOKS:
+        raise RowMessageError("returned rows are not whole rows")
+    return codes.reshape(-1, NUM_CODEBOOKS).astype(np.int64)
+
+
 def _decode_pcm(head: Any, body_raw: bytes) -> list[PcmEvent]:
-    headers = [PcmHeader(str(c), int(f), int(n), bool(last), s) for c, f, n, last, s in head]
+    headers = [
+        PcmHeader(str(c), int(f), int(n), bool(last), s, _rows_from_text(r))
+        for c, f, n, last, s, r in head
+    ]
     if any(h.samples < 0 or h.start_frame < 0 for h in headers):
         raise RowMessageError("negative frame or sample count")
     body = np.frombuffer(body_raw, dtype=_PCM_DTYPE)
@@ -214,7 +245,8 @@ def _decode_pcm(head: Any, body_raw: bytes) -> list[PcmEvent]:
         pcm = body[at : at + h.samples].astype(np.float32)
         at += h.samples
         stamps = None if h.stamps is None else {str(k): float(v) for k, v in h.stamps.items()}
-        events.append(PcmEvent(h.correlation_id, PcmChunk(h.start_frame, pcm, h.final), stamps))
+        chunk = PcmChunk(h.start_frame, pcm, h.final, h.rows)
+        events.append(PcmEvent(h.correlation_id, chunk, stamps))
     return events
 
 
@@ -235,7 +267,7 @@ def decode_message(frames: Sequence[bytes]) -> list[RowEvent | FailureEvent | Pc
         if kind != _ROWS:
             raise RowMessageError(f"unknown message kind {kind!r}")
         headers = [RowHeader(str(c), int(i), bool(last)) for c, i, last in head]
-    except (ValueError, TypeError, IndexError, AttributeError) as e:
+    except (ValueError, TypeError, IndexError, AttributeError, binascii.Error) as e:
         if isinstance(e, RowMessageError):
             raise
         raise RowMessageError(f"bad message header: {e}") from e

@@ -206,6 +206,7 @@ class VllmTalkerRunner:
                 ref_offset=offset,
                 ref_rows=rows,
                 chunking=None if chunking is None else TalkerArgs.chunking_fields(chunking),
+                return_rows=request.return_rows and chunking is not None,
             )
         except TalkerArgsError as e:
             raise TalkerError(str(e)) from e

@@ -11,7 +11,11 @@ Graphs and eager use the same kernels, so their rows must be identical; with
 graphs the code sampler also replays a captured graph, so the vLLM runs add
 seeded sampled requests (release settings) that must match too. The
 reference uses different kernels; greedy rows should agree at least at the
-start (float32 keeps them together for long). Writes
+start (float32 keeps them together for long). Each vLLM run also asks for the
+greedy prompts' audio (``speak``, ``exact`` preset), decoded in the engine
+core beside the talker, and reports its largest error against the offline
+decode (one codec call) of the rows the same run produced, relative to the
+peak: fp32 codec, so it must stay within 1e-5. Writes
 ``$OUT/talker_vllm_check.json``.
 
     python -m bench.talker_vllm_check [--dtype float32] [--rows 64]
@@ -66,10 +70,24 @@ async def _run_all(runner: Any, requests: list[Any]) -> list[list[list[int]]]:
         await runner.close()
 
 
-def run_vllm(model_dir: Path, mode: str, dtype: str, rows: int) -> list[list[list[int]]]:
+def run_vllm(model_dir: Path, mode: str, dtype: str, rows: int) -> dict[str, Any]:
+    from dataclasses import replace
+
+    import torch
+
+    from realtime_engine.codec.presets import get_preset
+    from realtime_engine.codec.streaming import rows_to_frames
+    from realtime_engine.model.loader import load_talker
     from realtime_engine.talker.vllm_runner import VllmTalkerRunner
 
-    async def go() -> list[list[list[int]]]:
+    codec = load_talker(model_dir, device="cuda").codec
+    assert codec is not None
+
+    async def audio(runner: Any, request: Any) -> np.ndarray:
+        chunks = [c.pcm async for c in runner.speak(request, get_preset("exact"))]
+        return np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
+
+    async def go() -> dict[str, Any]:
         runner = VllmTalkerRunner.from_model_dir(
             model_dir,
             max_num_seqs=8,
@@ -78,7 +96,24 @@ def run_vllm(model_dir: Path, mode: str, dtype: str, rows: int) -> list[list[lis
             enforce_eager=(mode == "eager"),
             gpu_memory_utilization=0.3,
         )
-        return await _run_all(runner, _requests(model_dir, rows, sampled=True))
+        requests = _requests(model_dir, rows, sampled=True)
+        greedy = [r for r in requests if r.request_id.startswith("q")]
+        try:
+            got = await asyncio.gather(
+                *(audio(runner, replace(r, request_id=f"a{r.request_id}")) for r in greedy)
+            )
+        except Exception as e:
+            await runner.close()
+            return {"rows": [], "audio_error": f"{type(e).__name__}: {e}"}
+        all_rows = await _run_all(runner, requests)
+        errors = []
+        for pcm, rows_of in zip(got, all_rows, strict=False):
+            frames = rows_to_frames(np.array(rows_of, dtype=np.int64))
+            whole = codec.decode(torch.from_numpy(frames[None]).cuda())[0, 0].cpu().numpy()
+            same = pcm.shape == whole.shape
+            peak = float(np.abs(whole).max()) if whole.size else 1.0
+            errors.append(float(np.abs(pcm - whole).max()) / peak if same and pcm.size else None)
+        return {"rows": all_rows, "audio_peak_error": errors}
 
     return asyncio.run(go())
 
@@ -117,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     if args._one:
         mode, model_dir, out_json = args._one
         if mode == "reference":
-            result = run_reference(Path(model_dir), args.dtype, args.rows)
+            result: dict[str, Any] = {"rows": run_reference(Path(model_dir), args.dtype, args.rows)}
         else:
             result = run_vllm(Path(model_dir), mode, args.dtype, args.rows)
         Path(out_json).write_text(json.dumps(result))
@@ -140,8 +175,13 @@ def main(argv: list[str] | None = None) -> int:
             cmd = [sys.executable, "-m", "bench.talker_vllm_check", "--dtype", args.dtype]
             cmd += ["--rows", str(args.rows), "--_one", mode, str(model_dir), str(out)]
             proc = subprocess.run(cmd, env=env, cwd=REPO)
-            results[mode] = json.loads(out.read_text()) if proc.returncode == 0 else None
+            one = json.loads(out.read_text()) if proc.returncode == 0 else None
+            results[mode] = None if one is None else one["rows"]
             report[f"{mode}_ok"] = proc.returncode == 0
+            if one is not None and "audio_peak_error" in one:
+                report[f"{mode}_audio_peak_error"] = one["audio_peak_error"]
+            elif one is not None and "audio_error" in one:
+                report[f"{mode}_audio_error"] = one["audio_error"]
     graphs, eager, ref = results["graphs"], results["eager"], results["reference"]
     if graphs is not None and eager is not None:
         report["graphs_equal_eager"] = [g == e for g, e in zip(graphs, eager, strict=True)]
@@ -154,7 +194,12 @@ def main(argv: list[str] | None = None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "talker_vllm_check.json").write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=2))
-    return 0 if all(report.get("graphs_equal_eager", [False])) else 1
+    audio_ok = all(
+        e is not None and e <= 1e-5
+        for mode in ("graphs", "eager")
+        for e in report.get(f"{mode}_audio_peak_error", [None])
+    )
+    return 0 if all(report.get("graphs_equal_eager", [False])) and audio_ok else 1
 
 
 if __name__ == "__main__":

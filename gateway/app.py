@@ -12,20 +12,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
-import json
 import logging
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+from prometheus_client import Gauge
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
+from gateway import availability, safe_json
 from gateway.auth import AuthError
+from gateway.engine_health import watch_engine
 from gateway.metrics import EngineStatsSampler
 from gateway.outbound import OutClose
 from gateway.pipeline import KeyContextQuota, SegmenterFactory, SessionPipeline
@@ -57,10 +59,35 @@ def _default_voices(state: GatewayState) -> VoiceRegistry | None:
     library = getattr(voices, "VoiceLibrary", None)
     if library is None:
         return None
+    settings = state.settings
+    store = None
+    if settings.voice_dir:
+        store = voices.VoiceStore(settings.voice_dir)
     registry: VoiceRegistry = library(
-        state.engine, max_reference_seconds=state.settings.limits.max_reference_seconds
+        state.engine,
+        max_reference_seconds=settings.limits.max_reference_seconds,
+        max_cached=settings.voice_cache_entries,
+        store=store,
     )
     return registry
+
+
+def _voice_metrics(state: GatewayState) -> None:
+    """/metrics gauges read from the voice library's counters, when it keeps them."""
+    stats = getattr(state.voices, "stats", None)
+    if not callable(stats):
+        return
+    for name, field, doc in (
+        ("speech_voice_encodes", "encodes", "Reference clips run through the codec encoder"),
+        ("speech_voice_cache_hits", "hits", "Reference clips answered from the voice cache"),
+        ("speech_voice_cache_evictions", "evictions", "Encoded voices evicted from memory"),
+        ("speech_voice_cache_entries", "cached", "Encoded voices held in memory"),
+    ):
+        Gauge(name, doc, registry=state.metrics.registry).set_function(_reader(stats, field))
+
+
+def _reader(stats: Callable[[], object], field: str) -> Callable[[], float]:
+    return lambda: float(getattr(stats(), field))
 
 
 def _http_routes(state: GatewayState) -> list[BaseRoute]:
@@ -86,12 +113,14 @@ def create_app(
     state = GatewayState.create(settings, engine, voices)
     if voices is None:
         state.voices = _default_voices(state) or state.voices
+    _voice_metrics(state)
     segmenters = segmenter_factory or default_segmenter_factory
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         warm = asyncio.create_task(_warm_up(state))
         sampler = asyncio.create_task(_sample_engine_stats(state, after=warm))
+        health = asyncio.create_task(_watch_health(state, after=warm))
         if not settings.warm_in_background:
             await asyncio.shield(warm)
             if state.engine_error is not None:
@@ -101,9 +130,9 @@ def create_app(
         finally:
             state.ready = False
             state.draining = True
-            warm.cancel()
-            sampler.cancel()
-            await asyncio.gather(warm, sampler, return_exceptions=True)
+            for task in (warm, sampler, health):
+                task.cancel()
+            await asyncio.gather(warm, sampler, health, return_exceptions=True)
             await engine.close()
 
     async def realtime(ws: WebSocket) -> None:
@@ -148,6 +177,12 @@ async def _sample_engine_stats(
         if current is not None:
             sampler.observe(current)
         await asyncio.sleep(interval_s)
+
+
+async def _watch_health(state: GatewayState, after: asyncio.Task[None]) -> None:
+    await asyncio.shield(after)  # a started engine only
+    if state.ready:
+        await watch_engine(state)
 
 
 def _state(request: Request) -> GatewayState:
@@ -195,7 +230,7 @@ async def _tokens(request: Request) -> Response:
     body = await request.body()
     if body:
         try:
-            payload = json.loads(body)
+            payload = safe_json.loads(body)
             requested = payload.get("expires_in_s", ttl) if isinstance(payload, dict) else None
             if isinstance(requested, bool) or not isinstance(requested, int | float):
                 raise ValueError("expires_in_s must be a number")
@@ -259,16 +294,9 @@ def _admission_error(ws: WebSocket, state: GatewayState) -> tuple[ErrorDetail, i
             param="model",
         )
         return detail, CLOSE_POLICY
-    if state.draining or not state.ready:
-        reason = "the server is shutting down" if state.draining else "the engine is warming up"
-        detail = ErrorDetail(
-            type="engine_overloaded",
-            code=ErrorCode.ENGINE_OVERLOADED,
-            message=reason,
-            retryable=True,
-            retry_after_ms=1000,
-        )
-        return detail, CLOSE_TRY_AGAIN
+    unavailable = availability.refusal(state)  # draining, warming up, or the engine died
+    if unavailable is not None:
+        return unavailable, CLOSE_TRY_AGAIN
     refusal = state.admission.session_refusal(principal.key_id)
     if refusal == "server":
         detail = ErrorDetail(
@@ -306,7 +334,7 @@ async def _serve_session(
     key_id = admitted
     config = SessionConfig(id=f"sess_{secrets.token_hex(12)}", model=state.model_name)
     pipeline = SessionPipeline(
-        state, config, segmenter_factory, quota=KeyContextQuota(state, key_id)
+        state, config, segmenter_factory, quota=KeyContextQuota(state, key_id), key_id=key_id
     )
     state.admission.open_session(key_id)
     state.metrics.sessions_total.inc()

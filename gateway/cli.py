@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 import uvicorn
 
 from gateway.app import create_app
+from gateway.drain import ENGINE_DEAD_EXIT_STATUS, DrainingServer
 from gateway.protocol import Limits
 from gateway.settings import GatewaySettings
 from gateway.state import GatewayState
@@ -58,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="JSON",
         help="options for the vLLM talker engine, e.g. "
-        '\'{"max_num_seqs": 256, "gpu_memory_utilization": 0.8}\' (default max_num_seqs 64)',
+        '\'{"max_num_seqs": 256, "gpu_memory_utilization": 0.8}\' (default max_num_seqs 256)',
     )
     serve.add_argument(
         "--codec-precision",
@@ -68,11 +69,43 @@ def build_parser() -> argparse.ArgumentParser:
         "tf32 or bf16 (faster, ~1e-3 rounding)",
     )
     serve.add_argument(
-        "--codec-batch", type=int, default=16, help="most chunk windows per codec call"
+        "--codec-batch",
+        type=int,
+        default=64,
+        help="most chunk windows per codec call (the codec runs beside the talker)",
     )
     serve.add_argument("--max-sessions", type=int, help="concurrent WebSocket sessions")
     serve.add_argument("--max-contexts", type=int, help="open contexts per session")
     serve.add_argument("--idle-timeout", type=float, help="seconds before an idle session closes")
+    serve.add_argument(
+        "--voice-dir",
+        help="directory where encoded voices persist across restarts (default: memory only)",
+    )
+    serve.add_argument(
+        "--voice-cache", type=int, help="encoded voices kept in memory (least recently used out)"
+    )
+    serve.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=30.0,
+        help="on SIGTERM/SIGINT, seconds open contexts may finish before they are cancelled "
+        "(a second signal exits at once)",
+    )
+    serve.add_argument(
+        "--exit-on-engine-death",
+        action="store_true",
+        help="exit with status 3 when the engine dies while serving (default: stay up, "
+        "/ready 503, so a supervisor probing /ready restarts it)",
+    )
+    serve.add_argument(
+        "--fake-options",
+        type=_json_object,
+        default=None,
+        metavar="JSON",
+        help="--engine fake only: timing and faults, e.g. "
+        '\'{"realtime_factor": 1.0, "fail_after_segments": 10, "hang_after_segments": 20, '
+        '"die_after_segments": 30}\' (docs/reliability.md)',
+    )
     serve.add_argument("--log-level", default="info")
     commands.add_parser(
         "bench",
@@ -107,12 +140,18 @@ def build_engine(
     talker: str = "auto",
     talker_options: dict[str, object] | None = None,
     codec_precision: str = "fp32",
-    codec_batch: int = 16,
+    codec_batch: int = 64,
+    fake_options: dict[str, object] | None = None,
 ) -> SpeechEngine:
     if kind == "fake":
         from realtime_engine.engines.fake import FakeEngine
 
-        return FakeEngine()
+        try:
+            return FakeEngine(None, **(fake_options or {}))
+        except TypeError as e:
+            raise EngineError(f"--fake-options: {e}") from e
+    if fake_options:
+        raise EngineError("--fake-options applies to --engine fake only")
     if kind == "cpu-voice":
         from realtime_engine.engines.cpu_voice import CpuVoiceEngine
 
@@ -144,6 +183,10 @@ def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
         port=args.port,
         api_keys=tuple(args.api_keys) if args.api_keys else None,
         limits=limits,
+        voice_dir=getattr(args, "voice_dir", None),
+        voice_cache_entries=getattr(args, "voice_cache", None),
+        drain_timeout_s=args.drain_timeout,
+        exit_on_engine_death=args.exit_on_engine_death or None,
     )
 
 
@@ -153,7 +196,7 @@ def _say(message: str) -> None:
 
 def build_server(
     settings: GatewaySettings, engine: SpeechEngine, log_level: str = "info"
-) -> tuple[uvicorn.Server, GatewayState]:
+) -> tuple[DrainingServer, GatewayState]:
     app = create_app(settings, engine)
     state: GatewayState = app.state.gateway
     config = uvicorn.Config(
@@ -171,7 +214,10 @@ def build_server(
         ws_ping_interval=settings.ws_ping_interval_s,
         ws_ping_timeout=settings.ws_ping_timeout_s,
     )
-    return uvicorn.Server(config), state
+    server = DrainingServer(
+        config, state, settings.drain_timeout_s, settings.exit_on_engine_death
+    )
+    return server, state
 
 
 async def serve(
@@ -203,6 +249,9 @@ async def serve(
         say(f"ready in {time.perf_counter() - started:.1f}s")
         say(f"open http://{host}:{port}/  (WebSocket ws://{host}:{port}/v1/realtime)")
     await task
+    if server.engine_died:
+        say(f"error: the engine died: {state.engine_error}")
+        raise SystemExit(ENGINE_DEAD_EXIT_STATUS)
     return True
 
 
@@ -226,6 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.talker_options,
             args.codec_precision,
             args.codec_batch,
+            args.fake_options,
         )
     except EngineError as e:
         print(f"speech-gateway: error: {e}", file=sys.stderr)

@@ -17,8 +17,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import numpy as np
 
+from gateway.availability import RETRY_ENGINE_DEAD_MS
 from gateway.context_stats import ENGINE_STAGES as ENGINE_STAGES
 from gateway.context_stats import ContextStats
+from gateway.engine_health import engine_failure
 from gateway.engine_wait import next_chunk_or_stall
 from gateway.outbound import (
     OutAudio,
@@ -36,26 +38,38 @@ from gateway.protocol import (
 )
 from gateway.protocol_audio_delta import AudioDeltaWriter
 from gateway.session import EndContext, Flush, OpenContext, Speak, error_event
+from gateway.voices import VoiceNotFoundError
 from realtime_engine.audio.encoder import AudioEncoder, EncodedFrame
 from realtime_engine.engines.base import (
     ChunkingParams,
+    EngineDeadError,
     EngineError,
     EngineOverloadedError,
     SegmentRequest,
     SegmentTimings,
     SpeechEngine,
     UnsupportedVoiceError,
+    VoiceReference,
 )
+from realtime_engine.engines.continuity import VoiceContinuity
 from realtime_engine.talker.types import NUM_CODEBOOKS, TalkerSampling
 
 log = logging.getLogger("gateway.contexts")
+VoiceResolver = Callable[[str], Awaitable[VoiceReference | None]]
 
 # Higgs codec frames per second; caps a segment's engine budget.
 CODEC_FRAMES_PER_S = 25
+# How long a context failed from outside waits for its task's cleanup.
+FAIL_UNWIND_S = 1.0
 
 
 def to_engine_request(
-    request_id: str, spec: OpenContext, text: str, timings: SegmentTimings | None = None
+    request_id: str,
+    spec: OpenContext,
+    text: str,
+    timings: SegmentTimings | None = None,
+    reference: VoiceReference | None = None,
+    continuity: VoiceContinuity | None = None,
 ) -> SegmentRequest:
     cfg = spec.config
     chunking = None
@@ -76,6 +90,8 @@ def to_engine_request(
         # The delay pattern spends NUM_CODEBOOKS - 1 extra rows before the last frame.
         max_new_tokens=math.ceil(cfg.max_audio_seconds * CODEC_FRAMES_PER_S) + NUM_CODEBOOKS - 1,
         timings=timings,
+        reference=reference,
+        continuity=continuity,
     )
 
 
@@ -92,6 +108,7 @@ class ContextWorker:
         stall_timeout_s: float = 60.0,
         on_closed: Callable[[ContextWorker, str], None],
         on_queue_change: Callable[[int], None] = lambda delta: None,
+        resolve_voice: VoiceResolver | None = None,
     ) -> None:
         self.spec = spec
         self.key = spec.key
@@ -110,6 +127,11 @@ class ContextWorker:
         self._on_closed = on_closed
         self._on_queue_change = on_queue_change
         self._queued_segments = 0
+        self._resolve_voice = resolve_voice
+        self._voice_resolved = False
+        self._reference: VoiceReference | None = None
+        # One voice across the context's segments (realtime_engine.engines.continuity).
+        self._continuity = VoiceContinuity()
         # Bounded upstream: the session caps a context's text (max_text_chars_per_context).
         self._inbox: asyncio.Queue[Speak | Flush | EndContext] = asyncio.Queue()
         out = spec.config.output
@@ -173,9 +195,27 @@ class ContextWorker:
             await self._fail(e)
 
     async def _fail(self, exc: Exception) -> None:
-        if self.current_request is not None:
+        dead = engine_failure(self._engine)
+        if self.current_request is not None and dead is None:
             await self._engine.abort(self.current_request)
-        if isinstance(exc, UnsupportedVoiceError):
+        if dead is not None or isinstance(exc, EngineDeadError):
+            # Whichever sees the death first (this stream or the health watch),
+            # the client hears the same retryable error.
+            detail = ErrorDetail(
+                type="server_error",
+                code=ErrorCode.ENGINE_UNAVAILABLE,
+                message=f"the engine died: {dead or exc}",
+                retryable=True,
+                retry_after_ms=RETRY_ENGINE_DEAD_MS,
+            )
+        elif isinstance(exc, VoiceNotFoundError):
+            detail = ErrorDetail(
+                type="invalid_request_error",
+                code=ErrorCode.VOICE_NOT_FOUND,
+                message=str(exc),
+                param="session.voice",
+            )
+        elif isinstance(exc, UnsupportedVoiceError):
             detail = ErrorDetail(
                 type="invalid_request_error", code=ErrorCode.VOICE_UNSUPPORTED, message=str(exc)
             )
@@ -203,6 +243,26 @@ class ContextWorker:
         await self._out.put(OutEvent(error_event(detail), worker=self))
         await self._out.put(OutDone(self, "failed", None))
 
+    async def fail_now(self, detail: ErrorDetail) -> None:
+        """Fail from outside, at once (the engine died): no abort, nothing to stop.
+
+        The task is cancelled and given a moment to unwind (a dead engine may
+        not answer its cleanup); the client then gets ``detail`` and
+        ``context.done{failed}``, as for a failure the worker saw itself.
+        """
+        if self.finished:
+            return
+        self._close("failed")
+        task = self.task
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            await asyncio.wait({task}, timeout=FAIL_UNWIND_S)
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                log.info("context %s unwound with %r", self.context_id, task.exception())
+        detail = detail.model_copy(update={"context_id": self.context_id})
+        await self._out.put(OutEvent(error_event(detail), worker=self))
+        await self._out.put(OutDone(self, "failed", None))
+
     def discard_queued(self) -> None:
         """Drop work that will never reach the engine (and its queue-depth count)."""
         while not self._inbox.empty():
@@ -227,7 +287,14 @@ class ContextWorker:
             return
         request_id = f"{self._session_id}:{self.key}:{item.index}"
         timings = SegmentTimings()
-        request = to_engine_request(request_id, self.spec, item.text, timings)
+        if not self._voice_resolved:
+            # Once per context: a voice deleted mid-reply still finishes the reply.
+            if self._resolve_voice is not None:
+                self._reference = await self._resolve_voice(self.spec.config.voice)
+            self._voice_resolved = True
+        request = to_engine_request(
+            request_id, self.spec, item.text, timings, self._reference, self._continuity
+        )
         cap = int(self.spec.config.max_audio_seconds * self._engine.sample_rate)
         produced = 0
         started = False

@@ -7,6 +7,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from gateway import safe_json
 from gateway.auth import AuthError
 from gateway.protocol import ErrorCode, ErrorDetail, invalid_request
 from gateway.state import GatewayState
@@ -35,13 +36,24 @@ def error_response(error: ApiError, state: GatewayState) -> JSONResponse:
     return JSONResponse(error.body(), status_code=error.status)
 
 
-def authenticate(request: Request, state: GatewayState) -> None:
-    """Bearer key (or an ephemeral ``?token=``) when the server has keys."""
+def authenticate(request: Request, state: GatewayState) -> str:
+    """Bearer key (or an ephemeral ``?token=``) when the server has keys; the caller's key id."""
     try:
-        state.auth.authenticate(
+        return state.auth.authenticate(
             request.headers.get("authorization"), request.query_params.get("token")
-        )
+        ).key_id
     except AuthError as e:
         raise ApiError(
             401, ErrorDetail(type="authentication_error", code=e.code, message=e.message)
         ) from e
+
+
+def parse_json_body(raw: bytes) -> Any:
+    """A request body as JSON, depth-bounded and text-checked (``gateway.safe_json``)."""
+    try:
+        return safe_json.loads(raw)
+    except safe_json.JsonRejected as e:
+        code = ErrorCode.INVALID_VALUE if e.param else ErrorCode.INVALID_JSON
+        raise bad_request(str(e), e.param, code) from e
+    except ValueError as e:  # UnicodeDecodeError included
+        raise bad_request(f"the body is not valid JSON: {e}", None, ErrorCode.INVALID_JSON) from e

@@ -27,11 +27,19 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
-from gateway.http_errors import ApiError, authenticate, bad_request, error_response
+from gateway.availability import refusal
+from gateway.http_errors import (
+    ApiError,
+    authenticate,
+    bad_request,
+    error_response,
+    parse_json_body,
+)
 from gateway.http_voices import voice_routes
 from gateway.protocol import ErrorCode, ErrorDetail
 from gateway.speech_request import SpeechParams, parse_speech_request
 from gateway.state import GatewayState
+from gateway.voice_clips import MIN_REFERENCE_SECONDS
 from gateway.voices import can_clone, cloning_unsupported, decode_clip
 from realtime_engine.audio import AudioFormatError, ContainerEncoder
 from realtime_engine.engines.base import (
@@ -39,6 +47,7 @@ from realtime_engine.engines.base import (
     SegmentRequest,
     SpeechEngine,
     UnsupportedVoiceError,
+    VoiceReference,
 )
 from realtime_engine.talker.types import TalkerSampling
 from realtime_engine.text.segmenter import TextSegmenter
@@ -84,32 +93,41 @@ class _Encoder:
         return await asyncio.to_thread(self._encoder.finish)
 
 
-async def _resolve_voice(params: SpeechParams, state: GatewayState) -> str:
-    """The voice id to synthesize with; a reference clip becomes a (cached) cloned voice."""
+async def _resolve_voice(
+    params: SpeechParams, state: GatewayState, key_id: str
+) -> tuple[str, VoiceReference | None]:
+    """The voice to synthesize with and its codes; a reference clip becomes a (cached)
+    cloned voice of the caller's key."""
     if params.ref_audio is None:
-        return params.voice
+        try:
+            return params.voice, await state.voices.reference(params.voice, key_id)
+        except ValueError as e:
+            raise bad_request(str(e), "voice", ErrorCode.VOICE_NOT_FOUND) from e
     if not can_clone(state.engine):
         raise bad_request(
             str(cloning_unsupported(state.engine)), params.ref_param, ErrorCode.VOICE_UNSUPPORTED
         )
     try:
-        created = await state.voices.create(params.ref_audio, params.ref_text, None)
+        created = await state.voices.create(params.ref_audio, params.ref_text, None, key_id)
+        reference = await state.voices.reference(created.voice_id, key_id)
     except UnsupportedVoiceError as e:
         raise bad_request(str(e), params.ref_param, ErrorCode.VOICE_UNSUPPORTED) from e
     except ValueError as e:
         raise bad_request(str(e), params.ref_param, ErrorCode.VOICE_INVALID) from e
-    return created.voice_id
+    return created.voice_id, reference
 
 
-async def _parse(body: object, state: GatewayState) -> SpeechParams:
+async def _parse(body: object, state: GatewayState, key_id: str) -> SpeechParams:
     max_seconds = state.settings.limits.max_reference_seconds
     parse = functools.partial(
         parse_speech_request,
         body,
-        has_voice=state.voices.has,
+        has_voice=lambda voice_id: state.voices.has(voice_id, key_id),
         model_names=frozenset({state.model_name, state.engine.model_id}),
         max_input_chars=state.settings.limits.max_text_chars_per_context,
-        check_clip=lambda audio, param: decode_clip(audio, max_seconds, param),
+        check_clip=lambda audio, param: decode_clip(
+            audio, max_seconds, param, MIN_REFERENCE_SECONDS
+        ),
     )
     has_reference = isinstance(body, dict) and ("ref_audio" in body or "references" in body)
     # Decoding a reference clip is real work: keep it off the event loop.
@@ -262,22 +280,21 @@ class _AbortingStreamingResponse(StreamingResponse):
 
 async def create_speech(request: Request, state: GatewayState) -> Response:
     try:
-        authenticate(request, state)
-        try:
-            body = await request.json()
-        except (ValueError, UnicodeDecodeError) as e:
-            raise bad_request(
-                f"the body is not valid JSON: {e}", None, ErrorCode.INVALID_JSON
-            ) from e
-        params = await _parse(body, state)
+        key_id = authenticate(request, state)
+        # Draining, or the engine died (HTTP requests wait for a warming engine).
+        if (unavailable := refusal(state, warming=False)) is not None:
+            raise ApiError(503, unavailable)
+        body = parse_json_body(await request.body())
+        params = await _parse(body, state, key_id)
         encoder = _Encoder(params.response_format, state.engine.sample_rate, params.stream)
-        voice = await _resolve_voice(params, state)
+        voice, reference = await _resolve_voice(params, state, key_id)
         job = _SpeechJob(
             state.engine,
             SegmentRequest(
                 request_id=f"speech_{uuid.uuid4().hex[:16]}",
                 text=params.input,
                 voice=voice,
+                reference=reference,
                 sampling=TalkerSampling(
                     temperature=params.sampling.temperature,
                     top_k=params.sampling.top_k,

@@ -3,13 +3,13 @@
 ``POST`` takes multipart (``audio`` file or base64 field, ``text``,
 ``voice_id``) or JSON ``{audio, text?, voice_id?}`` with ``audio`` as base64 or
 a ``data:`` URI. The clip is decoded and checked first; engines that cannot
-clone then refuse clearly.
+clone then refuse clearly. Voices belong to the caller's API key: other keys
+neither list, use nor delete them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 from starlette.datastructures import UploadFile
@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from gateway.http_errors import ApiError, authenticate, bad_request, error_response
+from gateway.http_errors import ApiError, authenticate, bad_request, error_response, parse_json_body
 from gateway.protocol import ErrorCode, ErrorDetail
 from gateway.state import GatewayState
 from gateway.voices import (
@@ -87,12 +87,7 @@ async def _read_create_body(
         raw = await request.body()
         if len(raw) > max_bytes:
             raise bad_request(f"the body is larger than {max_bytes} bytes", None)
-        try:
-            fields = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise bad_request(
-                f"the body is not valid JSON: {e}", None, ErrorCode.INVALID_JSON
-            ) from e
+        fields = parse_json_body(raw)
         if not isinstance(fields, dict):
             raise bad_request("the body must be a JSON object", None, ErrorCode.INVALID_JSON)
     audio_field = fields.get("audio")
@@ -114,9 +109,9 @@ async def _read_create_body(
 def voice_routes(state: GatewayState) -> list[BaseRoute]:
     """Routes of the voices API over ``state.voices``."""
 
-    def entries() -> list[VoiceEntry]:
+    def entries(key_id: str) -> list[VoiceEntry]:
         if isinstance(state.voices, VoiceLibrary):
-            return state.voices.list()
+            return state.voices.list(key_id)
         entries = [VoiceEntry(v.voice_id, v.description) for v in state.engine.voices()]
         if not any(e.voice_id == "default" for e in entries):
             entries.insert(0, VoiceEntry("default", "the engine's default voice"))
@@ -124,20 +119,20 @@ def voice_routes(state: GatewayState) -> list[BaseRoute]:
 
     async def list_voices(request: Request) -> Response:
         try:
-            authenticate(request, state)
+            key_id = authenticate(request, state)
         except ApiError as e:
             return error_response(e, state)
-        return JSONResponse({"object": "list", "data": [e.as_json() for e in entries()]})
+        return JSONResponse({"object": "list", "data": [e.as_json() for e in entries(key_id)]})
 
     async def create_voice(request: Request) -> Response:
         limits = state.settings.limits
         try:
-            authenticate(request, state)
+            key_id = authenticate(request, state)
             audio, text, voice_id = await _read_create_body(request, limits.max_message_bytes)
             if not isinstance(state.voices, VoiceLibrary):
                 # A registry without its own clip checks: validate here first.
                 await asyncio.to_thread(decode_clip, audio, limits.max_reference_seconds)
-            created = await state.voices.create(audio, text, voice_id)
+            created = await state.voices.create(audio, text, voice_id, key_id)
         except ApiError as e:
             return error_response(e, state)
         except VoiceError as e:
@@ -160,12 +155,12 @@ def voice_routes(state: GatewayState) -> list[BaseRoute]:
     async def delete_voice(request: Request) -> Response:
         voice_id = request.path_params["voice_id"]
         try:
-            authenticate(request, state)
+            key_id = authenticate(request, state)
             if not isinstance(state.voices, VoiceLibrary):
-                if state.voices.has(voice_id):
+                if state.voices.has(voice_id, key_id):
                     raise VoiceConflictError(f"{voice_id!r} is a built-in voice", "voice_id")
                 raise VoiceNotFoundError(f"no voice named {voice_id!r}", "voice_id")
-            await state.voices.delete(voice_id)
+            await state.voices.delete(voice_id, key_id)
         except ApiError as e:
             return error_response(e, state)
         except VoiceError as e:

@@ -104,6 +104,15 @@ class GatewayMetrics:
         self.errors_total = Counter(
             "speech_errors", "Error events sent, by type and code", ["type", "code"], registry=r
         )
+        self.engine_up = Gauge(
+            "speech_engine_up", "1 while the engine is started and alive, else 0", registry=r
+        )
+        self.engine_deaths = Counter(
+            "speech_engine_deaths", "Times the engine died while serving", registry=r
+        )
+        self.draining = Gauge(
+            "speech_draining", "1 while the server drains before shutting down", registry=r
+        )
 
     def track_outbound_queue(self, queue: SizedQueue) -> None:
         """Count ``queue``'s items in ``outbound_queue_depth`` for as long as it lives."""

@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from gateway.auth import ANONYMOUS
+from gateway.availability import refusal
 from gateway.contexts import ContextWorker
 from gateway.outbound import Outbound, OutCancelled, OutClose, OutEvent, Outgoing
 from gateway.protocol import (
@@ -67,14 +69,16 @@ class SessionPipeline:
         config: SessionConfig,
         segmenter_factory: SegmenterFactory,
         quota: ContextQuota | None = None,
+        key_id: str = ANONYMOUS,
     ) -> None:
         self.state = state
         self.session_id = config.id
+        self.key_id = key_id  # voices are per API key
         self.session = Session(
             config,
             state.settings.limits,
             segmenter_factory,
-            state.voices.has,
+            lambda voice_id: state.voices.has(voice_id, key_id),
             quota,
         )
         self.outbound = Outbound(state.settings.outbound_queue_items, state.metrics)
@@ -88,6 +92,7 @@ class SessionPipeline:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
+        self.state.sessions.add(self)
         await self._execute(self.session.start())
         self._ticker = asyncio.create_task(self._tick_loop(), name=f"ticker-{self.session_id}")
 
@@ -98,6 +103,7 @@ class SessionPipeline:
         still cancelled and the bookkeeping already done.
         """
         self.closing = True
+        self.state.sessions.discard(self)
         workers = list(self.workers.values())
         try:
             for worker in workers:
@@ -112,11 +118,33 @@ class SessionPipeline:
             self.outbound.drain()
         await asyncio.gather(*pending, return_exceptions=True)
 
+    # ------------------------------------------------------------------ process events
+
+    @property
+    def open_context_count(self) -> int:
+        return len(self.workers)
+
+    async def fail_contexts(self, detail: ErrorDetail) -> None:
+        """The engine died: every open context fails now with ``detail``."""
+        await asyncio.gather(*(w.fail_now(detail) for w in list(self.workers.values())))
+
+    async def shut_down(self, detail: ErrorDetail, code: int) -> None:
+        """The drain ran out of time: cancel what is open with ``detail``, then close."""
+        for worker in list(self.workers.values()):
+            await self._stop_worker(worker, "cancelled")
+            cancelled = detail.model_copy(update={"context_id": worker.context_id})
+            await self.outbound.put(OutEvent(error_event(cancelled)))
+        if not self.closing:
+            self.closing = True
+            await self.outbound.put(OutClose(code, detail.code))
+
     # ------------------------------------------------------------------ socket side
 
     async def receive_text(self, data: str) -> None:
         now = time.perf_counter()
         self.last_message_at = now
+        # New contexts are refused while draining or after the engine died.
+        self.session.refusal = refusal(self.state)
         await self._execute(self.session.receive_text(data, now))
         self._wake.set()
 
@@ -164,6 +192,7 @@ class SessionPipeline:
             stall_timeout_s=settings.engine_stall_timeout_s,
             on_closed=self._worker_closed,
             on_queue_change=self.state.metrics.queue_depth.inc,
+            resolve_voice=lambda voice_id: self.state.voices.reference(voice_id, self.key_id),
         )
         self.workers[spec.key] = worker
         self.state.metrics.contexts_active.inc()
@@ -211,7 +240,9 @@ class SessionPipeline:
 
     async def _create_voice(self, action: CreateVoice) -> None:
         try:
-            created = await self.state.voices.create(action.audio, action.text, action.voice_id)
+            created = await self.state.voices.create(
+                action.audio, action.text, action.voice_id, self.key_id
+            )
         except UnsupportedVoiceError as e:
             await self._send_error(ErrorCode.VOICE_UNSUPPORTED, str(e), action.reply_to)
         except ValueError as e:

@@ -9,11 +9,11 @@ fields so older clients keep working against newer servers.
 from __future__ import annotations
 
 import itertools
-import json
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
+from gateway import safe_json
 from gateway.protocol_config import NATIVE_SAMPLE_RATE as NATIVE_SAMPLE_RATE
 from gateway.protocol_config import PRESETS as PRESETS
 from gateway.protocol_config import READ_ONLY_SESSION_FIELDS as READ_ONLY_SESSION_FIELDS
@@ -50,6 +50,7 @@ SUBPROTOCOL = "speech.v1"
 
 # WebSocket close codes.
 CLOSE_NORMAL = 1000
+CLOSE_GOING_AWAY = 1001
 CLOSE_POLICY = 1008
 CLOSE_TOO_BIG = 1009
 CLOSE_SERVER_ERROR = 1011
@@ -239,10 +240,17 @@ SERVER_EVENT_ADAPTER: TypeAdapter[ServerEvent] = TypeAdapter(ServerEvent)
 
 
 def parse_client_event(data: str | bytes) -> ClientEvent:
-    """Parse one JSON text frame; raise ``ProtocolError`` with the error to send."""
+    """Parse one JSON text frame; raise ``ProtocolError`` with the error to send.
+
+    Depth and text validity are checked before validation (``gateway.safe_json``),
+    so nothing a client sends reaches an engine or a serializer unchecked.
+    """
     try:
-        raw = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as e:
+        raw = safe_json.loads(data)
+    except safe_json.JsonRejected as e:
+        code = ErrorCode.INVALID_VALUE if e.param else ErrorCode.INVALID_JSON
+        raise ProtocolError(invalid_request(code, str(e), param=e.param)) from e
+    except ValueError as e:
         raise ProtocolError(
             invalid_request(ErrorCode.INVALID_JSON, f"message is not valid JSON: {e}")
         ) from e
@@ -250,7 +258,8 @@ def parse_client_event(data: str | bytes) -> ClientEvent:
         raise ProtocolError(
             invalid_request(ErrorCode.INVALID_EVENT, "an event must be a JSON object")
         )
-    event_id = raw.get("event_id") if isinstance(raw.get("event_id"), str) else None
+    # Echoed as reply_to even when invalid, but only as a bounded prefix.
+    event_id = safe_json.echo(raw["event_id"]) if isinstance(raw.get("event_id"), str) else None
     try:
         return CLIENT_EVENT_ADAPTER.validate_python(raw)
     except ValidationError as e:

@@ -8,9 +8,13 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import ValidationError
+from pydantic import ValidationError, field_validator
 
 from gateway.protocol_config import _Lenient
+from gateway.safe_json import MAX_ECHO_CHARS, echo
+
+# The longest error message; messages may quote client input.
+MAX_MESSAGE_CHARS = 1024
 
 ErrorType = Literal[
     "invalid_request_error",
@@ -45,6 +49,8 @@ class ErrorCode(StrEnum):
     KEY_CONTEXT_LIMIT = "key_context_limit"
     ENGINE_ERROR = "engine_error"
     ENGINE_OVERLOADED = "engine_overloaded"
+    ENGINE_UNAVAILABLE = "engine_unavailable"
+    SERVER_SHUTTING_DOWN = "server_shutting_down"
     INTERNAL_ERROR = "internal_error"
     IDLE_TIMEOUT = "idle_timeout"
 
@@ -58,6 +64,18 @@ class ErrorDetail(_Lenient):
     reply_to: str | None = None
     retryable: bool = False
     retry_after_ms: int | None = None
+
+    # Fields that may quote a client are cut to a bounded, encodable prefix here,
+    # where every error passes, so no reply can grow with (or fail on) its input.
+    @field_validator("message")
+    @classmethod
+    def _bounded_message(cls, value: str) -> str:
+        return echo(value, MAX_MESSAGE_CHARS)
+
+    @field_validator("code", "param", "context_id", "reply_to")
+    @classmethod
+    def _bounded_echo(cls, value: str | None) -> str | None:
+        return None if value is None else echo(value, MAX_ECHO_CHARS)
 
 
 class ProtocolError(ValueError):
@@ -105,7 +123,7 @@ def validation_error_detail(
         tag = first.get("input", {}).get("type") if isinstance(first.get("input"), dict) else None
         return invalid_request(
             ErrorCode.UNKNOWN_EVENT_TYPE,
-            f"unknown event type {tag!r}",
+            f"unknown event type {echo(tag)!r}",
             param="type",
             reply_to=reply_to,
         )

@@ -144,6 +144,7 @@ def protocol_constants() -> dict[str, Any]:
         "ERROR_CODES": {c.name: c.value for c in p.ErrorCode},
         "CLOSE_CODES": {
             "NORMAL": p.CLOSE_NORMAL,
+            "GOING_AWAY": p.CLOSE_GOING_AWAY,
             "POLICY": p.CLOSE_POLICY,
             "TOO_BIG": p.CLOSE_TOO_BIG,
             "SERVER_ERROR": p.CLOSE_SERVER_ERROR,

@@ -104,6 +104,8 @@ class Session:
         self.oversize_count = 0
         self.binary_count = 0
         self.closed = False
+        # Set by the pipeline while new contexts are refused (draining, engine dead).
+        self.refusal: ErrorDetail | None = None
 
     # ------------------------------------------------------------------ inputs
 
@@ -225,6 +227,9 @@ class Session:
         return actions + self._speak(ctx, ctx.segmenter.feed(event.text, now), now)
 
     def _open(self, event: TextAppend) -> Send | tuple[_Context, list[Action]]:
+        if self.refusal is not None:
+            update = {"reply_to": event.event_id, "context_id": event.context_id}
+            return Send(error_event(self.refusal.model_copy(update=update)))
         if len(self._contexts) >= self.limits.max_contexts:
             detail = self._detail(
                 ErrorCode.TOO_MANY_CONTEXTS,

@@ -38,8 +38,17 @@ class GatewaySettings(BaseModel):
     warm_in_background: bool = False
     # A segment whose engine yields nothing for this long fails (and is aborted).
     engine_stall_timeout_s: float = Field(default=60.0, gt=0)
+    # On SIGTERM/SIGINT, open contexts may finish for this long (docs/reliability.md).
+    drain_timeout_s: float = Field(default=30.0, ge=0)
+    # Exit (status 3) when the engine dies while serving, instead of staying up
+    # with /ready at 503 (for supervisors that cannot probe /ready).
+    exit_on_engine_death: bool = False
     # PCM chunks longer than this are encoded on a worker thread.
     encode_inline_max_ms: float = Field(default=60.0, ge=0)
+    # Encoded voices kept in memory (least recently used out first).
+    voice_cache_entries: int = Field(default=1024, ge=1)
+    # Where encoded voices persist across restarts; none when empty.
+    voice_dir: str = ""
 
     @classmethod
     def from_env(cls, **overrides: object) -> GatewaySettings:

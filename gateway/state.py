@@ -7,8 +7,9 @@ from typing import Protocol
 
 from gateway.auth import ANONYMOUS, Authenticator
 from gateway.metrics import GatewayMetrics
+from gateway.protocol import ErrorDetail
 from gateway.settings import GatewaySettings
-from realtime_engine.engines.base import SpeechEngine, UnsupportedVoiceError
+from realtime_engine.engines.base import SpeechEngine, UnsupportedVoiceError, VoiceReference
 
 
 @dataclass(frozen=True)
@@ -20,13 +21,20 @@ class CreatedVoice:
 
 
 class VoiceRegistry(Protocol):
-    """Where voice ids resolve; HTTP ``/v1/voices`` and WS ``voice.create`` share it."""
+    """Where voice ids resolve, per API key; HTTP ``/v1/voices`` and WS
+    ``voice.create`` share it."""
 
-    def has(self, voice_id: str) -> bool: ...
+    def has(self, voice_id: str, key_id: str = ANONYMOUS) -> bool: ...
 
-    async def create(self, audio: bytes, text: str | None, voice_id: str | None) -> CreatedVoice:
+    async def create(
+        self, audio: bytes, text: str | None, voice_id: str | None, key_id: str = ANONYMOUS
+    ) -> CreatedVoice:
         """Encode a reference clip; raise ``ValueError`` (bad clip) or
         ``UnsupportedVoiceError`` (the engine cannot clone)."""
+        ...
+
+    async def reference(self, voice_id: str, key_id: str = ANONYMOUS) -> VoiceReference | None:
+        """The cloned voice's codes; None for a built-in voice; ``ValueError`` if unknown."""
         ...
 
 
@@ -36,11 +44,33 @@ class EngineVoices:
     def __init__(self, engine: SpeechEngine) -> None:
         self._engine = engine
 
-    def has(self, voice_id: str) -> bool:
+    def has(self, voice_id: str, key_id: str = ANONYMOUS) -> bool:
         return voice_id == "default" or any(v.voice_id == voice_id for v in self._engine.voices())
 
-    async def create(self, audio: bytes, text: str | None, voice_id: str | None) -> CreatedVoice:
+    async def create(
+        self, audio: bytes, text: str | None, voice_id: str | None, key_id: str = ANONYMOUS
+    ) -> CreatedVoice:
         raise UnsupportedVoiceError(f"the {self._engine.name} engine cannot create voices")
+
+    async def reference(self, voice_id: str, key_id: str = ANONYMOUS) -> VoiceReference | None:
+        if not self.has(voice_id):
+            raise ValueError(f"no voice named {voice_id!r}")
+        return None
+
+
+class LiveSession(Protocol):
+    """What process-wide events (engine death, drain) need from an open session."""
+
+    @property
+    def open_context_count(self) -> int: ...
+
+    async def fail_contexts(self, detail: ErrorDetail) -> None:
+        """Fail every open context with ``detail`` (the engine died)."""
+        ...
+
+    async def shut_down(self, detail: ErrorDetail, code: int) -> None:
+        """Cancel open contexts with ``detail``, then close the socket with ``code``."""
+        ...
 
 
 @dataclass
@@ -100,8 +130,9 @@ class GatewayState:
     voices: VoiceRegistry
     admission: Admission
     ready: bool = False  # engine loaded and warmed
-    engine_error: str | None = None  # why the engine failed to start
+    engine_error: str | None = None  # why the engine failed to start, or died
     draining: bool = False  # shutting down: refuse new sessions with 1013
+    sessions: set[LiveSession] = field(default_factory=set)  # open WebSocket sessions
 
     @classmethod
     def create(

@@ -1,75 +1,78 @@
 """The voice library: built-in voices plus voices cloned from reference clips.
 
-Shared by HTTP ``/v1/voices``, the ``ref_audio`` of ``/v1/audio/speech`` and the
-WebSocket ``voice.create``. Reference audio is only ever taken from the
-request's own bytes (base64 or a ``data:`` URI): anything that looks like a
-path or a URL is refused, so a request can never make the server read its
-own files or reach the network.
+Shared by HTTP ``/v1/voices``, the ``ref_audio`` of ``/v1/audio/speech`` and
+the WebSocket ``voice.create`` / ``session.update {voice}``: all of them lead
+to the same cached codec codes.
 
-Cloning needs an engine with a codec encoder; engines say so with
-``supports_voice_cloning`` and implement ``VoiceCloningEngine``. Clips are
-decoded and checked before that capability is consulted, so a client learns
-about a broken clip first.
+- A clip is encoded once. Codes are cached by content hash (API key, clip
+  bytes, transcript) in memory, least recently used first out past
+  ``max_cached``; with a ``VoiceStore`` they are also written to disk and read
+  back on a miss, so eviction and restarts cost no re-encoding.
+- Voices are per API key: a voice created on one socket is usable on every
+  socket and HTTP call of the same key, and no other key can see, use or
+  delete it. The cache is keyed by key too, so not even a cache hit reveals
+  that another key sent the same clip.
+- A named voice whose codes were evicted (and are not on disk) is gone: using
+  it is refused like an unknown voice.
+
+Engines that can clone say so with ``supports_voice_cloning`` and implement
+``VoiceCloningEngine``. Clips are decoded and checked before that capability
+is consulted, so a client learns about a broken clip first.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import io
-import math
 import re
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-import av
 import numpy as np
 
-from gateway.protocol import decode_audio_payload
+from gateway.auth import ANONYMOUS
 from gateway.state import CreatedVoice
-from realtime_engine.engines.base import SpeechEngine, UnsupportedVoiceError
+from gateway.voice_clips import (
+    CLIP_SAMPLE_RATE as CLIP_SAMPLE_RATE,
+)
+from gateway.voice_clips import (
+    CODEC_FRAME_SAMPLES as CODEC_FRAME_SAMPLES,
+)
+from gateway.voice_clips import (
+    MAX_TRANSCRIPT_CHARS,
+    MIN_REFERENCE_SECONDS,
+    ReferenceAudioError,
+    ReferenceClip,
+    VoiceError,
+    decode_clip,
+)
+from gateway.voice_clips import reference_bytes as reference_bytes
+from gateway.voice_store import StoredName
+from gateway.voice_store import VoiceStore as VoiceStore
+from realtime_engine.engines.base import SpeechEngine, UnsupportedVoiceError, VoiceReference
 
-CLIP_SAMPLE_RATE = 24_000
-CODEC_FRAME_SAMPLES = 960  # one codec frame at 24 kHz (40 ms)
-MAX_TRANSCRIPT_CHARS = 2_000
 _VOICE_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 
-
-class VoiceError(ValueError):
-    """A voice request cannot be served; ``param`` names the offending field."""
-
-    def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
-
-
-class ReferenceAudioError(VoiceError):
-    """Reference audio is not inline data, cannot be decoded, or is too long."""
+__all__ = [
+    "ReferenceAudioError",
+    "ReferenceClip",
+    "VoiceConflictError",
+    "VoiceError",
+    "VoiceLibrary",
+    "VoiceNotFoundError",
+    "decode_clip",
+    "reference_bytes",
+]
 
 
 class VoiceNotFoundError(VoiceError):
-    """No voice has this id."""
+    """No voice has this id (for this API key)."""
 
 
 class VoiceConflictError(VoiceError):
     """The id is taken (a built-in voice, or another clip) or the library is full."""
-
-
-@dataclass(frozen=True)
-class ReferenceClip:
-    """Decoded reference audio: mono float32 at ``CLIP_SAMPLE_RATE``."""
-
-    pcm: np.ndarray
-    sample_rate: int = CLIP_SAMPLE_RATE
-
-    @property
-    def duration_s(self) -> float:
-        return self.pcm.size / self.sample_rate
-
-    @property
-    def frames(self) -> int:
-        return math.ceil(self.pcm.size * CLIP_SAMPLE_RATE / self.sample_rate / CODEC_FRAME_SAMPLES)
 
 
 @runtime_checkable
@@ -78,11 +81,9 @@ class VoiceCloningEngine(Protocol):
 
     supports_voice_cloning: bool
 
-    async def clone_voice(self, voice_id: str, clip: ReferenceClip, text: str | None) -> None:
-        """Encode ``clip`` (once) so that ``voice_id`` can be used in requests."""
+    async def encode_reference(self, pcm: np.ndarray, sample_rate: int) -> np.ndarray:
+        """Codec codes ``[frames, 8]`` of a mono float32 clip; ``ValueError`` for a bad clip."""
         ...
-
-    async def remove_cloned_voice(self, voice_id: str) -> None: ...
 
 
 def can_clone(engine: SpeechEngine) -> bool:
@@ -96,52 +97,6 @@ def cloning_unsupported(engine: SpeechEngine) -> UnsupportedVoiceError:
     )
 
 
-def reference_bytes(value: str, param: str = "audio") -> bytes:
-    """The bytes of inline reference audio (``gateway.protocol.decode_audio_payload``).
-
-    Paths and URLs are refused outright; nothing is ever read from disk or
-    fetched.
-    """
-    try:
-        return decode_audio_payload(value, param)
-    except ValueError as e:
-        raise ReferenceAudioError(str(e), param) from e
-
-
-def decode_clip(data: bytes, max_seconds: float, param: str = "audio") -> ReferenceClip:
-    """Decode wav/flac/ogg/mp3 bytes to mono float32 at 24 kHz (blocking: run off the loop)."""
-    max_samples = int(max_seconds * CLIP_SAMPLE_RATE)
-    pieces: list[np.ndarray] = []
-    total = 0
-    try:
-        with av.open(io.BytesIO(data), mode="r") as container:
-            if not container.streams.audio:
-                raise ReferenceAudioError(f"'{param}' has no audio stream", param)
-            stream = container.streams.audio[0]
-            resampler = av.AudioResampler(format="flt", layout="mono", rate=CLIP_SAMPLE_RATE)
-            for frame in container.decode(stream):
-                for out in resampler.resample(frame):
-                    pieces.append(out.to_ndarray().reshape(-1))
-                    total += pieces[-1].size
-                if total > max_samples:
-                    raise ReferenceAudioError(
-                        f"'{param}' is longer than the {max_seconds:g} s allowed for a reference",
-                        param,
-                    )
-            for out in resampler.resample(None):
-                pieces.append(out.to_ndarray().reshape(-1))
-    except av.FFmpegError as e:
-        raise ReferenceAudioError(f"'{param}' could not be decoded as audio: {e}", param) from e
-    pcm = np.concatenate(pieces).astype(np.float32) if pieces else np.zeros(0, np.float32)
-    if pcm.size == 0:
-        raise ReferenceAudioError(f"'{param}' decodes to no audio", param)
-    if pcm.size > max_samples:
-        raise ReferenceAudioError(
-            f"'{param}' is longer than the {max_seconds:g} s allowed for a reference", param
-        )
-    return ReferenceClip(pcm)
-
-
 @dataclass(frozen=True)
 class VoiceEntry:
     voice_id: str
@@ -151,6 +106,7 @@ class VoiceEntry:
     frames: int | None = None
     text: str | None = None
     created_at: int | None = None  # unix seconds
+    digest: str = ""  # content hash of the clip (cloned voices)
 
     def as_json(self) -> dict[str, object]:
         body: dict[str, object] = {
@@ -169,102 +125,229 @@ class VoiceEntry:
         return body
 
 
+@dataclass(frozen=True)
+class VoiceStats:
+    encodes: int  # clips run through the engine's encoder
+    hits: int  # clips answered from the cache (memory or disk)
+    evictions: int
+    cached: int  # entries in memory now
+
+
 class VoiceLibrary:
     """Built-in voices of the engine plus cloned ones; satisfies ``state.VoiceRegistry``."""
 
     def __init__(
-        self, engine: SpeechEngine, max_reference_seconds: float = 30.0, max_voices: int = 256
+        self,
+        engine: SpeechEngine,
+        max_reference_seconds: float = 30.0,
+        max_voices: int = 256,
+        max_cached: int = 1024,
+        store: VoiceStore | None = None,
     ) -> None:
         self._engine = engine
         self.max_reference_seconds = max_reference_seconds
-        self._max_voices = max_voices
-        self._created: dict[str, VoiceEntry] = {}
-        self._hash_of: dict[str, str] = {}  # voice id -> content hash
+        self._max_voices = max_voices  # named voices per API key
+        self._max_cached = max_cached
+        self._store = store
+        self._codes: OrderedDict[str, VoiceReference] = OrderedDict()  # digest -> codes (LRU)
+        self._encoding: dict[str, asyncio.Future[VoiceReference]] = {}  # encodes under way
+        self._named: dict[str, dict[str, VoiceEntry]] = {}  # key id -> voice id -> entry
         self._lock = asyncio.Lock()
+        self._encodes = self._hits = self._evictions = 0
+        if store is not None:
+            for name in store.load_names():
+                self._named.setdefault(name.key_id, {})[name.voice_id] = _entry_of(name)
 
     @property
     def engine(self) -> SpeechEngine:
         return self._engine
 
+    def stats(self) -> VoiceStats:
+        return VoiceStats(self._encodes, self._hits, self._evictions, len(self._codes))
+
     def _builtin(self) -> dict[str, VoiceEntry]:
-        # An engine may list the voices cloned into it too; those are not built-in.
-        entries = {
-            v.voice_id: VoiceEntry(v.voice_id, v.description)
-            for v in self._engine.voices()
-            if v.builtin and v.voice_id not in self._created
-        }
+        entries = {v.voice_id: VoiceEntry(v.voice_id, v.description) for v in self._engine.voices()}
         entries.setdefault("default", VoiceEntry("default", "the engine's default voice"))
         return entries
 
-    def has(self, voice_id: str) -> bool:
-        return voice_id in self._created or voice_id in self._builtin()
+    def has(self, voice_id: str, key_id: str = ANONYMOUS) -> bool:
+        return voice_id in self._named.get(key_id, {}) or voice_id in self._builtin()
 
-    def list(self) -> list[VoiceEntry]:
-        return [*self._builtin().values(), *self._created.values()]
+    def list(self, key_id: str = ANONYMOUS) -> list[VoiceEntry]:
+        return [*self._builtin().values(), *self._named.get(key_id, {}).values()]
 
-    def get(self, voice_id: str) -> VoiceEntry:
-        entry = self._created.get(voice_id) or self._builtin().get(voice_id)
+    def get(self, voice_id: str, key_id: str = ANONYMOUS) -> VoiceEntry:
+        entry = self._named.get(key_id, {}).get(voice_id) or self._builtin().get(voice_id)
         if entry is None:
             raise VoiceNotFoundError(f"no voice named {voice_id!r}", "voice_id")
         return entry
 
     async def load_clip(self, audio: bytes, param: str = "audio") -> ReferenceClip:
-        return await asyncio.to_thread(decode_clip, audio, self.max_reference_seconds, param)
+        return await asyncio.to_thread(
+            decode_clip, audio, self.max_reference_seconds, param, MIN_REFERENCE_SECONDS
+        )
 
-    async def create(self, audio: bytes, text: str | None, voice_id: str | None) -> CreatedVoice:
-        """Decode, check and register a reference clip; the same clip is encoded once."""
+    async def create(
+        self, audio: bytes, text: str | None, voice_id: str | None, key_id: str = ANONYMOUS
+    ) -> CreatedVoice:
+        """Decode, check, encode (once per clip) and name a reference clip."""
         if voice_id is not None and not _VOICE_ID.match(voice_id):
             raise VoiceError(
                 "'voice_id' must be 1-64 characters of A-Z a-z 0-9 _ . : -", "voice_id"
             )
         if text is not None and len(text) > MAX_TRANSCRIPT_CHARS:
             raise VoiceError(f"'text' is longer than {MAX_TRANSCRIPT_CHARS} characters", "text")
+        digest = hashlib.sha256(
+            b"%s\0%s\0%s" % (key_id.encode(), hashlib.sha256(audio).digest(), (text or "").encode())
+        ).hexdigest()
         clip = await self.load_clip(audio)
         if not can_clone(self._engine):
             raise cloning_unsupported(self._engine)
-        content = hashlib.sha256(audio + b"\0" + (text or "").encode()).hexdigest()
-        async with self._lock:
-            if voice_id is None:
-                # The same clip again: the voice it already made, under any id.
-                known = next((v for v, h in self._hash_of.items() if h == content), None)
-                voice_id = known or f"voice_{content[:16]}"
-            if voice_id in self._builtin():
-                raise VoiceConflictError(f"{voice_id!r} is a built-in voice", "voice_id")
-            existing = self._created.get(voice_id)
-            if existing is not None:
-                if self._hash_of[voice_id] != content:
-                    raise VoiceConflictError(
-                        f"voice {voice_id!r} already exists with another clip; delete it first",
-                        "voice_id",
-                    )
-                return CreatedVoice(voice_id, clip.duration_s, clip.frames, cached=True)
-            if len(self._created) >= self._max_voices:
-                raise VoiceConflictError(
-                    f"the server holds its maximum of {self._max_voices} voices", "voice_id"
-                )
-            cloner = self._engine
-            assert isinstance(cloner, VoiceCloningEngine)
-            await cloner.clone_voice(voice_id, clip, text)
-            self._created[voice_id] = VoiceEntry(
-                voice_id,
-                description="cloned from a reference clip",
-                builtin=False,
-                duration_s=round(clip.duration_s, 3),
-                frames=clip.frames,
-                text=text,
-                created_at=int(time.time()),
+        named = self._named.setdefault(key_id, {})
+        if voice_id is None:
+            # The same clip again: the voice it already made, under any id.
+            known = next((v for v, e in named.items() if e.digest == digest), None)
+            voice_id = known or f"voice_{digest[:16]}"
+        if voice_id in self._builtin():
+            raise VoiceConflictError(f"{voice_id!r} is a built-in voice", "voice_id")
+        existing = named.get(voice_id)
+        if existing is not None and existing.digest != digest:
+            raise VoiceConflictError(
+                f"voice {voice_id!r} already exists with another clip; delete it first",
+                "voice_id",
             )
-            self._hash_of[voice_id] = content
-        return CreatedVoice(voice_id, clip.duration_s, clip.frames, cached=False)
-
-    async def delete(self, voice_id: str) -> None:
+        if existing is None and len(named) >= self._max_voices:
+            raise VoiceConflictError(
+                f"this key holds its maximum of {self._max_voices} voices", "voice_id"
+            )
+        reference, cached = await self._codes_for(digest, clip, text)
         async with self._lock:
+            if voice_id not in named:
+                entry = VoiceEntry(
+                    voice_id,
+                    description="cloned from a reference clip",
+                    builtin=False,
+                    duration_s=round(clip.duration_s, 3),
+                    frames=reference.frames,
+                    text=text,
+                    created_at=int(time.time()),
+                    digest=digest,
+                )
+                named[voice_id] = entry
+                if self._store is not None:
+                    await asyncio.to_thread(self._store.save_name, _stored(key_id, entry))
+        return CreatedVoice(voice_id, clip.duration_s, reference.frames, cached=cached)
+
+    async def _codes_for(
+        self, digest: str, clip: ReferenceClip, text: str | None
+    ) -> tuple[VoiceReference, bool]:
+        """The clip's codes and whether they came from the cache; concurrent
+        requests for one clip share a single encode."""
+        reference = await self._cached(digest)
+        if reference is not None:
+            return reference, True
+        pending = self._encoding.get(digest)
+        if pending is not None:
+            self._hits += 1
+            return await asyncio.shield(pending), True
+        future: asyncio.Future[VoiceReference] = asyncio.get_running_loop().create_future()
+        self._encoding[digest] = future
+        try:
+            reference = await self._encode(digest, clip, text)
+        except BaseException as e:
+            future.set_exception(e)
+            future.exception()  # retrieved here: waiters, if any, get it too
+            raise
+        finally:
+            del self._encoding[digest]
+        future.set_result(reference)
+        return reference, False
+
+    async def _encode(self, digest: str, clip: ReferenceClip, text: str | None) -> VoiceReference:
+        assert isinstance(self._engine, VoiceCloningEngine)
+        self._encodes += 1
+        try:
+            codes = await self._engine.encode_reference(clip.pcm, clip.sample_rate)
+        except ValueError as e:
+            raise ReferenceAudioError(f"'audio' cannot be encoded: {e}", "audio") from e
+        reference = VoiceReference(np.asarray(codes, dtype=np.int64), text)
+        self._remember(digest, reference)
+        if self._store is not None:
+            await asyncio.to_thread(self._store.save_codes, digest, reference.codes, text)
+        return reference
+
+    async def _cached(self, digest: str) -> VoiceReference | None:
+        reference = self._codes.get(digest)
+        if reference is not None:
+            self._codes.move_to_end(digest)
+            self._hits += 1
+            return reference
+        if self._store is None:
+            return None
+        loaded = await asyncio.to_thread(self._store.load_codes, digest)
+        if loaded is None:
+            return None
+        self._hits += 1
+        reference = VoiceReference(*loaded)
+        self._remember(digest, reference)
+        return reference
+
+    def _remember(self, digest: str, reference: VoiceReference) -> None:
+        self._codes[digest] = reference
+        self._codes.move_to_end(digest)
+        while len(self._codes) > self._max_cached:
+            self._codes.popitem(last=False)
+            self._evictions += 1
+
+    async def reference(self, voice_id: str, key_id: str = ANONYMOUS) -> VoiceReference | None:
+        """The codes of ``voice_id`` for this key; None for built-in voices."""
+        entry = self._named.get(key_id, {}).get(voice_id)
+        if entry is None:
             if voice_id in self._builtin():
-                raise VoiceConflictError(f"{voice_id!r} is a built-in voice", "voice_id")
-            if voice_id not in self._created:
-                raise VoiceNotFoundError(f"no voice named {voice_id!r}", "voice_id")
-            cloner = self._engine
-            if isinstance(cloner, VoiceCloningEngine):
-                await cloner.remove_cloned_voice(voice_id)
-            del self._created[voice_id]
-            del self._hash_of[voice_id]
+                return None
+            raise VoiceNotFoundError(f"no voice named {voice_id!r}", "voice")
+        reference = await self._cached(entry.digest)
+        if reference is None:
+            await self._forget(voice_id, key_id)
+            raise VoiceNotFoundError(
+                f"voice {voice_id!r} has expired from the voice cache; create it again", "voice"
+            )
+        return reference
+
+    async def delete(self, voice_id: str, key_id: str = ANONYMOUS) -> None:
+        if voice_id in self._builtin():
+            raise VoiceConflictError(f"{voice_id!r} is a built-in voice", "voice_id")
+        if voice_id not in self._named.get(key_id, {}):
+            raise VoiceNotFoundError(f"no voice named {voice_id!r}", "voice_id")
+        await self._forget(voice_id, key_id)
+
+    async def _forget(self, voice_id: str, key_id: str) -> None:
+        async with self._lock:
+            self._named.get(key_id, {}).pop(voice_id, None)
+            if self._store is not None:
+                await asyncio.to_thread(self._store.delete_name, key_id, voice_id)
+
+
+def _entry_of(name: StoredName) -> VoiceEntry:
+    return VoiceEntry(
+        name.voice_id,
+        description="cloned from a reference clip",
+        builtin=False,
+        duration_s=name.duration_s,
+        frames=name.frames,
+        text=name.text,
+        created_at=name.created_at,
+        digest=name.digest,
+    )
+
+
+def _stored(key_id: str, entry: VoiceEntry) -> StoredName:
+    return StoredName(
+        key_id=key_id,
+        voice_id=entry.voice_id,
+        digest=entry.digest,
+        duration_s=entry.duration_s or 0.0,
+        frames=entry.frames or 0,
+        text=entry.text,
+        created_at=entry.created_at or 0,
+    )

@@ -13,10 +13,13 @@ from starlette.types import ASGIApp
 
 @contextlib.asynccontextmanager
 async def live_server(
-    app: ASGIApp, *, lifespan: Literal["auto", "on", "off"] = "off"
+    app: ASGIApp, *, lifespan: Literal["auto", "on", "off"] = "off", port: int = 0
 ) -> AsyncIterator[str]:
-    """Serve ``app`` on 127.0.0.1, port 0; yield its base URL (``http://127.0.0.1:PORT``)."""
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, lifespan=lifespan, log_level="warning")
+    """Serve ``app`` on 127.0.0.1 (a free port unless ``port`` is given: a restart reuses
+    the port it had); yield its base URL (``http://127.0.0.1:PORT``)."""
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, lifespan=lifespan, log_level="warning"
+    )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     try:

@@ -36,7 +36,7 @@ def test_talker_options_reach_the_runner(monkeypatch: pytest.MonkeyPatch) -> Non
         "backend": "vllm",
         "runner_options": {"max_num_seqs": 256},
         "codec_precision": "fp32",
-        "codec_batch": 16,
+        "codec_batch": 64,
     }
     assert cli.build_parser().parse_args(["serve"]).talker_options is None
 
@@ -49,12 +49,12 @@ def test_codec_options_reach_the_engine(monkeypatch: pytest.MonkeyPatch) -> None
         return object()
 
     monkeypatch.setattr(HiggsEngine, "from_pretrained", staticmethod(fake_from_pretrained))
-    argv = ["serve", "--model", "/ckpt", "--codec-precision", "tf32", "--codec-batch", "64"]
+    argv = ["serve", "--model", "/ckpt", "--codec-precision", "tf32", "--codec-batch", "32"]
     args = cli.build_parser().parse_args(argv)
     cli.build_engine(
         "higgs", args.model, None, "auto", None, args.codec_precision, args.codec_batch
     )
-    assert (seen["codec_precision"], seen["codec_batch"]) == ("tf32", 64)
+    assert (seen["codec_precision"], seen["codec_batch"]) == ("tf32", 32)
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["serve", "--codec-precision", "fp8"])
 

@@ -13,7 +13,13 @@ import pytest_asyncio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from realtime_engine.engines.base import EngineError, SegmentRequest, UnsupportedVoiceError
+from gateway.voices import VoiceLibrary
+from realtime_engine.engines.base import (
+    EngineError,
+    SegmentRequest,
+    UnsupportedVoiceError,
+    VoiceReference,
+)
 from realtime_engine.engines.cpu_voice import (
     CpuVoiceConfig,
     CpuVoiceEngine,
@@ -246,6 +252,30 @@ async def test_control_tags_are_not_spoken(engine: CpuVoiceEngine) -> None:
 async def test_unknown_voice_is_refused(engine: CpuVoiceEngine) -> None:
     with pytest.raises(UnsupportedVoiceError, match="nobody"):
         await collect(engine, "Hello.", voice="nobody")
+
+
+@pytestmark_engine
+async def test_a_cloned_voice_is_refused_naming_the_engine(engine: CpuVoiceEngine) -> None:
+    reference = VoiceReference(np.zeros((25, 8), dtype=np.int64), "a clip.")
+    with pytest.raises(UnsupportedVoiceError, match="cpu-voice engine cannot speak cloned"):
+        await collect(engine, "Hello.", voice="mine", reference=reference)
+    library = VoiceLibrary(engine)
+    with pytest.raises(UnsupportedVoiceError, match="cpu-voice engine cannot clone"):
+        await library.create(_one_second_wav(), None, "mine")
+
+
+def _one_second_wav() -> bytes:
+    import io
+    import wave
+
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(24_000)
+        t = np.arange(24_000) / 24_000
+        out.writeframes((8000 * np.sin(2 * np.pi * 220 * t)).astype("<i2").tobytes())
+    return buffer.getvalue()
 
 
 @pytestmark_engine

@@ -10,8 +10,8 @@ import pytest
 import torch
 from talker_support import FailingTalker
 
+from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.presets import PRESETS, get_preset
-from realtime_engine.codec.stream_core import StreamingCodec
 from realtime_engine.codec.streaming import rows_to_frames
 from realtime_engine.engines.base import (
     ChunkingParams,
@@ -19,7 +19,7 @@ from realtime_engine.engines.base import (
     SegmentRequest,
     UnsupportedVoiceError,
 )
-from realtime_engine.engines.higgs import CloneVoice, HiggsEngine, codec_decode_fn, speed_tag
+from realtime_engine.engines.higgs import CloneVoice, HiggsEngine, speed_tag
 from realtime_engine.model.loader import LoadedTalker, load_talker
 from realtime_engine.model.prompts import build_zero_shot_prompt
 from realtime_engine.talker.reference_runner import ReferenceRunner
@@ -37,7 +37,7 @@ def tiny(tiny_checkpoint: Path) -> LoadedTalker:
 @pytest.fixture
 def engine(tiny: LoadedTalker) -> Iterator[HiggsEngine]:
     assert tiny.codec is not None
-    eng = HiggsEngine(ReferenceRunner(tiny.model), tiny.tokenizer, tiny.codec)
+    eng = HiggsEngine(ReferenceRunner(tiny.model, codec=tiny.codec), tiny.tokenizer)
     yield eng
     asyncio.run(eng.close())
 
@@ -91,8 +91,8 @@ async def test_exact_preset_equals_whole_utterance_decode(
         await runner.close()
     codes = rows_to_frames(np.stack(rows))
     assert codes.shape == (8, frames)
-    whole = codec_decode_fn(tiny.codec)(codes[None])[0]
-    np.testing.assert_allclose(streamed, whole, atol=1e-4)
+    whole = tiny.codec.decode(torch.from_numpy(codes[None]))[0, 0].numpy()
+    assert float(np.abs(streamed - whole).max()) <= 1e-5 * float(np.abs(whole).max())
 
 
 async def test_concurrent_segments_match_their_solo_audio(engine: HiggsEngine) -> None:
@@ -141,9 +141,10 @@ async def test_abort_stops_the_segment(engine: HiggsEngine) -> None:
 async def test_talker_failure_surfaces_as_engine_error(tiny: LoadedTalker) -> None:
     assert tiny.codec is not None
     eng = HiggsEngine(
-        ReferenceRunner(FailingTalker(tiny.model, message="out of device memory")),
+        ReferenceRunner(
+            FailingTalker(tiny.model, message="out of device memory"), codec=tiny.codec
+        ),
         tiny.tokenizer,
-        tiny.codec,
     )
     try:
         with pytest.raises(EngineError, match="out of device memory") as info:
@@ -153,19 +154,34 @@ async def test_talker_failure_surfaces_as_engine_error(tiny: LoadedTalker) -> No
         await eng.close()
 
 
+class BrokenCodec(CodecDecoder):
+    """The tiny codec, whose kernels crash."""
+
+    def decode_valid(self, codes: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("codec kernel crashed")
+
+
 async def test_codec_failure_surfaces_as_engine_error(tiny: LoadedTalker) -> None:
     assert tiny.codec is not None
-
-    class BrokenCodec(StreamingCodec):
-        def step(self, slots: object, codes: torch.Tensor) -> torch.Tensor:
-            raise RuntimeError("codec kernel crashed")
-
-    eng = HiggsEngine(ReferenceRunner(tiny.model), tiny.tokenizer, BrokenCodec(tiny.codec, 4))
+    broken = BrokenCodec(tiny.codec.dims)
+    eng = HiggsEngine(ReferenceRunner(tiny.model, codec=broken), tiny.tokenizer)
     try:
         with pytest.raises(EngineError, match="codec kernel crashed"):
             await _chunks(eng.synthesize(_segment("c", frames=20)))
+        # the talker itself is fine: a request without audio still runs
+        rows = [
+            r
+            async for r in eng._runner.submit(
+                TalkerRequest("ok", _prompt(tiny), GREEDY, fixed_rows=3)
+            )
+        ]
+        assert len(rows) == 3
     finally:
         await eng.close()
+
+
+def _prompt(tiny: LoadedTalker) -> Any:
+    return build_zero_shot_prompt(tiny.tokenizer, "hello")
 
 
 async def test_bad_inputs_are_typed_errors(engine: HiggsEngine) -> None:

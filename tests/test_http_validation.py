@@ -32,7 +32,7 @@ from realtime_engine.engines.fake import FakeEngine
 module_loop = pytest.mark.asyncio(loop_scope="module")
 
 
-def _clip_uri(seconds: float = 0.5) -> str:
+def _clip_uri(seconds: float = 1.0) -> str:
     buffer = io.BytesIO()
     with wave.open(buffer, "wb") as out:
         out.setnchannels(1)

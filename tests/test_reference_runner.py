@@ -3,16 +3,26 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from talker_support import FailingTalker
 
+from realtime_engine.codec.streaming import rows_to_frames
+from realtime_engine.engines.base import ChunkingParams
 from realtime_engine.model.loader import LoadedTalker, load_talker
 from realtime_engine.model.prompts import build_zero_shot_prompt
 from realtime_engine.talker.delay import apply_delay, revert_delay
 from realtime_engine.talker.reference_runner import ReferenceRunner
-from realtime_engine.talker.types import TalkerError, TalkerPrompt, TalkerRequest, TalkerSampling
+from realtime_engine.talker.types import (
+    PcmChunk,
+    TalkerError,
+    TalkerPrompt,
+    TalkerRequest,
+    TalkerSampling,
+)
 
 GREEDY = TalkerSampling(temperature=0.0)
 
@@ -239,3 +249,82 @@ async def test_position_limit_clamps_and_still_closes_the_pattern(tiny: LoadedTa
         await runner.close()
     assert rows.shape == (20, 8)
     np.testing.assert_array_equal(apply_delay(revert_delay(rows)), rows)
+
+
+# ------------------------------------------------------------------- audio beside the talker
+
+
+@pytest.fixture(scope="module")
+def codec(tiny_checkpoint: Path) -> Any:
+    loaded = load_talker(tiny_checkpoint)
+    assert loaded.codec is not None
+    return loaded.codec
+
+
+EXACT = ChunkingParams(4, 25, 12, 10)
+
+
+async def _audio(it: AsyncIterator[PcmChunk], limit: int | None = None) -> list[PcmChunk]:
+    chunks = []
+    async for chunk in it:
+        chunks.append(chunk)
+        if limit is not None and len(chunks) == limit:
+            break
+    return chunks
+
+
+async def test_audio_equals_the_offline_decode_of_the_same_rows_beside_row_requests(
+    tiny: LoadedTalker, codec: Any
+) -> None:
+    runner = ReferenceRunner(tiny.model, codec=codec, codec_batch=2)
+    try:
+        texts = ("hello world", "city house", "music and laugh")
+        rows_and_audio = await asyncio.gather(
+            *(
+                _collect(runner.submit(_request(tiny, f"rows{i}", t, rows=40)))
+                for i, t in enumerate(texts)
+            ),
+            *(
+                _audio(runner.speak(_request(tiny, f"pcm{i}", t, rows=40), EXACT))
+                for i, t in enumerate(texts)
+            ),
+        )
+    finally:
+        await runner.close()
+    for rows, chunks in zip(rows_and_audio[:3], rows_and_audio[3:], strict=True):
+        assert isinstance(rows, np.ndarray) and isinstance(chunks, list)
+        assert [c.start_frame for c in chunks] == list(
+            np.cumsum([0] + [c.pcm.size // 960 for c in chunks[:-1]])
+        )
+        assert chunks[-1].final and not any(c.final for c in chunks[:-1])
+        got = np.concatenate([c.pcm for c in chunks])
+        frames = torch.from_numpy(rows_to_frames(rows)[None])
+        whole = codec.decode(frames)[0, 0].numpy()
+        assert got.shape == whole.shape == (33 * 960,)
+        assert float(np.abs(got - whole).max()) <= 1e-5 * float(np.abs(whole).max())
+
+
+async def test_a_slow_audio_consumer_only_slows_itself(tiny: LoadedTalker, codec: Any) -> None:
+    runner = ReferenceRunner(tiny.model, queue_rows=4, codec=codec)
+    one_frame = ChunkingParams(1, 1, 0, 0)
+    try:
+        slow = runner.speak(_request(tiny, "slow", rows=60), one_frame)
+        await _audio(slow, limit=1)
+        fast = runner.speak(_request(tiny, "fast", rows=30), one_frame)
+        chunks = await asyncio.wait_for(_audio(fast), 20)
+        assert sum(c.pcm.size for c in chunks) == 23 * 960
+        # the slow request stepped at most its queue of frames (plus the delay rows) ahead
+        assert runner.stats().rows <= 30 + 1 + 7 + 4 + 1
+        rest = await _audio(slow)
+        assert sum(c.pcm.size for c in rest) == 52 * 960
+    finally:
+        await runner.close()
+
+
+async def test_a_runner_without_a_codec_refuses_audio(tiny: LoadedTalker) -> None:
+    runner = ReferenceRunner(tiny.model)
+    try:
+        with pytest.raises(TalkerError, match="no codec"):
+            runner.speak(_request(tiny, "x"), EXACT)
+    finally:
+        await runner.close()

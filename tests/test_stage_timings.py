@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 from gateway_support import fake_app
 from hypothesis import given
 from hypothesis import strategies as st
@@ -24,15 +23,12 @@ from gateway.app import create_app
 from gateway.contexts import ENGINE_STAGES, ContextStats
 from gateway.metrics import EngineStatsSampler, GatewayMetrics, batch_bucket
 from gateway.settings import GatewaySettings
-from realtime_engine.codec.decoder import CodecDecoder, load_codec_decoder
-from realtime_engine.codec.layout import CodecDims, random_codec_state_dict
-from realtime_engine.engines.base import SegmentRequest, SegmentTimings
+from realtime_engine.engines.base import ChunkingParams, SegmentRequest, SegmentTimings
 from realtime_engine.engines.cpu_voice import CpuVoiceEngine
 from realtime_engine.engines.fake import FakeEngine
 from realtime_engine.engines.higgs import HiggsEngine
 from realtime_engine.model.tokenizer import HiggsTokenizer
-from realtime_engine.talker.delay import apply_delay
-from realtime_engine.talker.types import NUM_CODEBOOKS, TalkerRequest, TalkerSampling
+from realtime_engine.talker.types import PcmChunk, TalkerRequest, TalkerSampling
 
 STAGE_ORDER = ["queue", "prefill", "first_row", "first_frame_row", "first_chunk", "ttfa"]
 STAGE_FIELDS = [f"{name}_ms" for name in STAGE_ORDER]
@@ -292,28 +288,37 @@ def test_bench_tabulates_the_stages_it_received() -> None:
     assert stage_table([{**level, "server_metrics": {}}]) == ""
 
 
-# --------------------------------------------------------------------------- row 7 exactly
+# --------------------------------------------------------------------------- talker stamps
 
 
 class ScriptedRunner:
-    """A ``TalkerRunner`` that replays fixed delay-patterned rows, logging when each left."""
+    """A ``TalkerRunner`` that stamps its stages at logged times, then plays fixed chunks."""
 
-    def __init__(self, rows: np.ndarray, prefill_s: float) -> None:
-        self.rows = rows
+    def __init__(self, chunks: list[np.ndarray], prefill_s: float) -> None:
+        self.chunks = chunks
         self.prefill_s = prefill_s
+        self.stamped: dict[str, float] = {}
         self.sent_at: list[float] = []
 
     def submit(self, request: TalkerRequest) -> AsyncIterator[np.ndarray]:
-        return self._rows(request)
+        raise NotImplementedError("this runner only speaks")
 
-    async def _rows(self, request: TalkerRequest) -> AsyncIterator[np.ndarray]:
+    def speak(self, request: TalkerRequest, chunking: ChunkingParams) -> AsyncIterator[PcmChunk]:
+        return self._chunks(request)
+
+    async def _chunks(self, request: TalkerRequest) -> AsyncIterator[PcmChunk]:
         await asyncio.sleep(self.prefill_s)
-        if request.timings is not None:
-            request.timings.prefilled = time.perf_counter()
-        for row in self.rows:
-            await asyncio.sleep(0.002)  # distinct clock readings per row
+        timings = request.timings
+        assert timings is not None
+        for stage in ("prefilled", "first_row", "first_frame_row"):
+            await asyncio.sleep(0.002)  # distinct clock readings per stage
+            self.stamped[stage] = time.perf_counter()
+            setattr(timings, stage, self.stamped[stage])
+        frame = 0
+        for i, pcm in enumerate(self.chunks):
             self.sent_at.append(time.perf_counter())
-            yield row
+            yield PcmChunk(frame, pcm, final=i == len(self.chunks) - 1)
+            frame += pcm.size // 960
 
     async def abort(self, request_id: str) -> None:
         return None
@@ -327,34 +332,54 @@ def tokenizer(tiny_checkpoint: Path) -> Iterator[HiggsTokenizer]:
     yield HiggsTokenizer.from_dir(tiny_checkpoint)
 
 
-def tiny_codec() -> CodecDecoder:
-    state = random_codec_state_dict(
-        CodecDims.tiny(), torch.Generator().manual_seed(0), include_encoder=False
-    )
-    return load_codec_decoder(state)
-
-
-async def test_higgs_stamps_the_row_that_completes_frame_zero(
+async def test_higgs_passes_the_talkers_stamps_and_stamps_the_first_chunk(
     tokenizer: HiggsTokenizer,
 ) -> None:
-    frames = 6
-    codes = np.arange(frames * NUM_CODEBOOKS, dtype=np.int64).reshape(frames, NUM_CODEBOOKS)
-    runner = ScriptedRunner(apply_delay(codes), prefill_s=0.01)
-    engine = HiggsEngine(runner, tokenizer, tiny_codec())
+    # an empty chunk first: the first chunk with audio is what counts
+    chunks = [np.zeros(0, np.float32), np.ones(960, np.float32), np.ones(1920, np.float32)]
+    runner = ScriptedRunner(chunks, prefill_s=0.01)
+    engine = HiggsEngine(runner, tokenizer)
     timings = SegmentTimings()
     request = SegmentRequest(
-        "r", "hi", sampling=TalkerSampling(temperature=0.0), fixed_rows=frames, timings=timings
+        "r", "hi", sampling=TalkerSampling(temperature=0.0), fixed_rows=3, timings=timings
     )
-    first_chunk_seen = None
-    async for _ in engine.synthesize(request):
-        first_chunk_seen = first_chunk_seen or time.perf_counter()
+    got = [chunk async for chunk in engine.synthesize(request)]
+    first_chunk_seen = time.perf_counter()
     await engine.close()
-    sent = runner.sent_at
-    assert timings.submitted is not None and timings.prefilled is not None
-    assert timings.submitted + 0.01 <= timings.prefilled <= sent[0]
-    assert timings.first_row is not None and sent[0] <= timings.first_row < sent[1]
-    frame_row = NUM_CODEBOOKS - 1  # codebook 7 of frame 0 is delayed by 7 rows
+    assert [c.size for c in got] == [960, 1920]
+    assert timings.submitted is not None
+    assert timings.submitted + 0.01 <= runner.stamped["prefilled"]
+    for stage in ("prefilled", "first_row", "first_frame_row"):
+        assert getattr(timings, stage) == runner.stamped[stage]
+    assert timings.first_chunk is not None
+    assert runner.sent_at[1] <= timings.first_chunk <= first_chunk_seen
+
+
+async def test_the_reference_runner_stamps_row_zero_and_the_row_completing_frame_zero(
+    tiny_checkpoint: Path,
+) -> None:
+    from realtime_engine.model.loader import load_talker
+    from realtime_engine.model.prompts import build_zero_shot_prompt
+    from realtime_engine.talker.reference_runner import ReferenceRunner
+    from realtime_engine.talker.types import TalkerTimings
+
+    tiny = load_talker(tiny_checkpoint)
+    runner = ReferenceRunner(tiny.model, codec=tiny.codec)
+    timings = TalkerTimings()
+    prompt = build_zero_shot_prompt(tiny.tokenizer, "hi")
+    request = TalkerRequest("t", prompt, TalkerSampling(temperature=0.0), 64, 12, timings)
+    submitted = time.perf_counter()
+    try:
+        stream = runner.speak(request, ChunkingParams(1, 1, 0, 0))
+        first = await anext(stream)
+        received = time.perf_counter()
+        rest = [chunk async for chunk in stream]
+    finally:
+        await runner.close()
+    assert first.start_frame == 0 and first.pcm.size == 960
+    assert [c.start_frame for c in rest] == [1, 2, 3, 4]  # 12 rows: 5 frames
+    assert rest[-1].final
+    assert timings.prefilled is not None and timings.first_row is not None
     assert timings.first_frame_row is not None
-    assert sent[frame_row] <= timings.first_frame_row < sent[frame_row + 1]
-    assert timings.first_chunk is not None and first_chunk_seen is not None
-    assert timings.first_frame_row <= timings.first_chunk <= first_chunk_seen
+    # one step per row: frame 0 needs 7 steps after the first row
+    assert submitted < timings.prefilled <= timings.first_row < timings.first_frame_row < received

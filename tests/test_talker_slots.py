@@ -15,16 +15,18 @@ import itertools
 import numpy as np
 import pytest
 import torch
+import torch.utils._pytree as pytree
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from realtime_engine.talker.delay import revert_delay
 from realtime_engine.talker.termination import eoc_bounds
 from realtime_engine.talker.types import BOC, CODEBOOK_VOCAB, EOC, NUM_CODEBOOKS
 from realtime_engine.talker.vllm_protocol import TalkerArgs
 from realtime_engine.talker.vllm_sampler_graphs import (
-    GRAPHS_ENV,
     PaddedStepGraphs,
+    SamplerCaptureError,
     bucket_sizes,
     graphs_wanted,
 )
@@ -208,21 +210,14 @@ def test_bucket_sizes_reject_empty() -> None:
         bucket_sizes(0)
 
 
-def test_graphs_are_opt_in_and_only_on_cuda_without_enforce_eager(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_graphs_are_on_for_cuda_unless_vllm_runs_eagerly() -> None:
     cuda = torch.device("cuda")
-    monkeypatch.delenv(GRAPHS_ENV, raising=False)
-    assert not graphs_wanted(cuda, enforce_eager=False)
-    monkeypatch.setenv(GRAPHS_ENV, "1")
     assert graphs_wanted(cuda, enforce_eager=False)
     assert not graphs_wanted(cuda, enforce_eager=True)
     assert not graphs_wanted(CPU, enforce_eager=False)
-    monkeypatch.setenv(GRAPHS_ENV, "0")
-    assert not graphs_wanted(cuda, enforce_eager=False)
 
 
-def test_a_failed_capture_hands_every_step_back_to_the_caller() -> None:
+def test_a_failed_capture_stops_the_engine_with_the_cause() -> None:
     slots = fresh_slots()
     runner = PaddedStepGraphs(
         slots.step, max_batch=MAX_SLOTS, pad_slot=slots.trash_slot, device=CPU, capture=True
@@ -230,10 +225,47 @@ def test_a_failed_capture_hands_every_step_back_to_the_caller() -> None:
     idx = torch.tensor([0, 2])
     seq_lens = slots.prefill_len[idx]
     before = [t.clone() for t in state_of(slots, 0) + state_of(slots, 2)]
-    # CPU has no CUDA graphs: the capture raises, the runner declines from then on
-    assert runner(torch.randn(2, WIDTH), idx, seq_lens) is None
-    assert runner.failure is not None
-    assert runner(torch.randn(2, WIDTH), idx, seq_lens) is None
+    # CPU has no CUDA graphs: the capture raises, and so does every later attempt
+    for _ in range(2):
+        with pytest.raises(SamplerCaptureError, match="capturing the code sampler"):
+            runner(torch.randn(2, WIDTH), idx, seq_lens)
     # the warm-up before the capture touched only the trash slot
     for x, y in zip(before, state_of(slots, 0) + state_of(slots, 2), strict=True):
         assert torch.equal(x, y)
+
+
+class _DeviceOnlyOps(TorchDispatchMode):
+    """Records every op that receives a tensor off the step's device."""
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__()
+        self.device = device
+        self.offenders: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        for leaf in pytree.tree_leaves((args, kwargs)):
+            if isinstance(leaf, torch.Tensor) and leaf.device != self.device:
+                self.offenders.append(f"{func} got a {leaf.device} tensor {tuple(leaf.shape)}")
+        return func(*args, **kwargs)
+
+
+@pytest.mark.parametrize("batch", [1, 3, MAX_SLOTS + 1])
+def test_the_step_is_capturable_no_host_tensors_reads_or_data_dependent_shapes(
+    batch: int,
+) -> None:
+    """What a CUDA graph needs, checked on the meta device (no data at all): a host
+    read (``.item()``, ``.tolist()``) or a data-dependent shape (``nonzero``,
+    boolean-mask indexing) raises there, and every op must take device tensors
+    only (a host tensor would be a copy that capture refuses)."""
+    meta = torch.device("meta")
+    slots = TalkerSlots(MAX_SLOTS, MAX_LEN, NUM_CODEBOOKS, CODEBOOK_VOCAB, meta)
+    logits = torch.empty(batch, WIDTH, device=meta)
+    idx = torch.empty(batch, dtype=torch.int64, device=meta)
+    seq_lens = torch.empty(batch, dtype=torch.int64, device=meta)
+    watch = _DeviceOnlyOps(meta)
+    with watch:
+        tokens, real, packed = slots.step(logits, idx, seq_lens)
+    assert watch.offenders == []
+    assert tokens.shape == real.shape == (batch,)
+    assert packed.shape == (batch, NUM_CODEBOOKS + 3)

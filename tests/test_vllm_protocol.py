@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 pytest.importorskip("zmq", reason="pyzmq comes with vllm; without it there is no transport")
 
+from realtime_engine.engines.base import ChunkingParams
 from realtime_engine.model.config import AUDIO_PLACEHOLDER_ID
 from realtime_engine.model.tokenizer import SpecialIds
 from realtime_engine.talker.sampling import BatchSampling, sample_codes
@@ -25,6 +26,8 @@ from realtime_engine.talker.types import (
 from realtime_engine.talker.vllm_protocol import (
     EXTRA_ARGS_KEY,
     FailureEvent,
+    PcmEvent,
+    PcmHeader,
     RowEvent,
     RowHeader,
     RowMessageError,
@@ -32,11 +35,12 @@ from realtime_engine.talker.vllm_protocol import (
     TalkerArgsError,
     decode_message,
     encode_failure,
+    encode_pcm,
     encode_rows,
+    engine_prompt,
 )
 from realtime_engine.talker.vllm_publish import StepRows, split_by_endpoint
 from realtime_engine.talker.vllm_rows import RowPusher, RowReceiver
-from realtime_engine.talker.vllm_runner import engine_prompt
 from realtime_engine.talker.vllm_sampling import counter_noise, uniform_noise
 
 codes = st.integers(0, CODEBOOK_VOCAB - 1)
@@ -110,6 +114,7 @@ def test_unknown_talker_arg_fields_are_a_typed_error() -> None:
         TalkerArgs.from_extra_args(extra)
 
 
+@settings(max_examples=50)
 @given(rows=rows_strategy, data=st.data())
 def test_row_messages_round_trip(rows: list[tuple[int, ...]], data: st.DataObject) -> None:
     headers = [
@@ -136,6 +141,69 @@ def test_failure_messages_round_trip_and_garbage_is_rejected() -> None:
         decode_message([frames[0], b"not json", frames[2]])
 
 
+@settings(max_examples=30)
+@given(
+    sizes=st.lists(st.integers(0, 3000), max_size=6),
+    data=st.data(),
+)
+def test_pcm_messages_round_trip(sizes: list[int], data: st.DataObject) -> None:
+    stamp = st.none() | st.fixed_dictionaries({"first_row": st.floats(0, 1e6)})
+    headers = [
+        PcmHeader(
+            data.draw(st.text(max_size=8)),
+            data.draw(st.integers(0, 1 << 40)),
+            n,
+            data.draw(st.booleans()),
+            data.draw(stamp),
+            data.draw(st.none() | st.integers(0, 40).map(_rows)),
+        )
+        for n in sizes
+    ]
+    rng = np.random.default_rng(len(sizes))
+    pcm = [rng.standard_normal(n).astype(np.float32) for n in sizes]
+    events = decode_message(encode_pcm(headers, pcm))
+    assert all(isinstance(e, PcmEvent) for e in events)
+    for header, chunk, event in zip(headers, pcm, events, strict=True):
+        assert isinstance(event, PcmEvent)
+        assert event.correlation_id == header.correlation_id
+        assert event.chunk.start_frame == header.start_frame
+        assert event.chunk.final == header.final and event.stamps == header.stamps
+        np.testing.assert_array_equal(event.chunk.pcm, chunk)
+        if header.rows is None:
+            assert event.chunk.rows is None
+        else:
+            assert event.chunk.rows is not None
+            np.testing.assert_array_equal(event.chunk.rows, header.rows)
+
+
+def _rows(n: int) -> np.ndarray:
+    """Delay-patterned rows as the worker returns them: codes and BOC/EOC, int16."""
+    return np.random.default_rng(n).integers(0, 1026, size=(n, 8)).astype(np.int16)
+
+
+def test_malformed_pcm_messages_are_typed_errors() -> None:
+    frames = encode_pcm([PcmHeader("c", 0, 4, False)], [np.ones(4, np.float32)])
+    with pytest.raises(RowMessageError):
+        decode_message([frames[0], frames[1], frames[2][:-4]])  # a sample short
+    with pytest.raises(RowMessageError):
+        decode_message([frames[0], b'[["c", -1, 4, 0, null]]', frames[2]])
+    with pytest.raises(RowMessageError):
+        decode_message([frames[0], b'[["c", 0, 4, 0, 7]]', frames[2]])  # stamps not a dict
+    with pytest.raises(RowMessageError):
+        encode_pcm([PcmHeader("c", 0, 3, False)], [np.ones(4, np.float32)])
+
+
+def test_chunking_rides_in_the_talker_args() -> None:
+    chunking = ChunkingParams(2, 15, 12, 4, None)
+    args = talker_args(chunking=TalkerArgs.chunking_fields(chunking))
+    back = TalkerArgs.from_extra_args(args.to_extra_args())
+    assert back == args and back is not None and back.chunking_params() == chunking
+    with pytest.raises(TalkerArgsError, match="chunking"):
+        talker_args(chunking=(0, 15, 12, 4, 1.5))
+    with pytest.raises(TalkerArgsError, match="rows"):
+        talker_args().chunking_params()
+
+
 def test_step_rows_split_by_destination_keeping_only_valid_rows() -> None:
     a, b = (
         talker_args(correlation_id="a", endpoint="ep1"),
@@ -159,10 +227,10 @@ def test_step_rows_split_by_destination_keeping_only_valid_rows() -> None:
 
 
 def test_rows_cross_processes_sockets_in_order() -> None:
-    got: list[RowEvent | FailureEvent] = []
+    got: list[RowEvent | FailureEvent | PcmEvent] = []
     finished = threading.Event()
 
-    def deliver(event: RowEvent | FailureEvent) -> None:
+    def deliver(event: RowEvent | FailureEvent | PcmEvent) -> None:
         got.append(event)
         if isinstance(event, FailureEvent):
             finished.set()

@@ -11,8 +11,8 @@ import torch
 from realtime_engine.model.prompts import build_zero_shot_prompt
 from realtime_engine.model.tokenizer import HiggsTokenizer
 from realtime_engine.talker.reference_runner import ReferenceRunner
+from realtime_engine.talker.runner_factory import create_talker_runner
 from realtime_engine.talker.types import TalkerRequest, TalkerSampling
-from realtime_engine.talker.vllm_runner import create_talker_runner
 
 
 def test_unknown_backends_are_rejected(tiny_checkpoint: Path) -> None:

@@ -15,8 +15,11 @@ from typing import Any, TypeVar
 
 import numpy as np
 import pytest
+import torch
 from vllm_support.cpu_env import apply_cpu_vllm_env, vllm_available
 
+from realtime_engine.codec.streaming import rows_to_frames
+from realtime_engine.engines.base import ChunkingParams
 from realtime_engine.model.prompts import build_clone_prompt, build_zero_shot_prompt
 from realtime_engine.model.tokenizer import HiggsTokenizer
 from realtime_engine.talker.delay import apply_delay, revert_delay
@@ -287,3 +290,203 @@ def test_prefill_is_stamped_when_the_first_row_arrives(
     assert rows.shape == (9, 8)
     assert timings.prefilled is not None
     assert submitted < timings.prefilled < time.perf_counter()
+
+
+@pytest.fixture(scope="module")
+def clone_prompts(tiny_checkpoint: Path, tokenizer: HiggsTokenizer) -> list[TalkerPrompt]:
+    """Clone prompts as the engine builds them: a reference clip through the codec
+    encoder, and a later segment of a context anchored on the first one's codes."""
+    from realtime_engine.codec.encoder import load_codec_encoder
+    from realtime_engine.engines.continuity import VoiceContinuity
+    from realtime_engine.model.checkpoint import CodecView, SafetensorsCheckpoint
+    from realtime_engine.model.loader import load_talker
+    from realtime_engine.talker.delay import sanitize_codes
+    from realtime_engine.talker.reference_runner import ReferenceRunner
+
+    encoder = load_codec_encoder(dict(CodecView(SafetensorsCheckpoint(tiny_checkpoint))))
+    t = np.arange(24_000) / 24_000
+    clip = (0.3 * np.sin(2 * np.pi * 180 * t) * np.sin(2 * np.pi * 3 * t)).astype(np.float32)
+    encoded = encoder.encode_clip(clip)
+    assert encoded.shape == (25, 8)
+    from_clip = build_clone_prompt(tokenizer, "thank you", encoded, ref_text="a tone")
+
+    tiny = load_talker(tiny_checkpoint, with_codec=False)
+
+    async def first_segment() -> np.ndarray:
+        runner = ReferenceRunner(tiny.model)
+        try:
+            prompt = build_zero_shot_prompt(tokenizer, TEXTS[0])
+            return await collect(runner.submit(TalkerRequest("seg1", prompt, GREEDY, 16)))
+        finally:
+            await runner.close()
+
+    continuity = VoiceContinuity(min_frames=1, max_frames=20)
+    continuity.record(sanitize_codes(revert_delay(asyncio.run(first_segment()))), TEXTS[0])
+    anchor = continuity.anchor()
+    assert anchor is not None
+    continued = build_clone_prompt(tokenizer, TEXTS[2], anchor.codes, anchor.text)
+    return [from_clip, continued]
+
+
+def test_greedy_rows_equal_the_reference_for_engine_clone_prompts(
+    engine: tuple[Any, LoopThread], tiny_checkpoint: Path, clone_prompts: list[TalkerPrompt]
+) -> None:
+    from realtime_engine.model.loader import load_talker
+    from realtime_engine.talker.reference_runner import ReferenceRunner
+
+    tiny = load_talker(tiny_checkpoint, with_codec=False)
+
+    async def reference(prompt: TalkerPrompt) -> np.ndarray:
+        runner = ReferenceRunner(tiny.model)
+        try:
+            return await collect(runner.submit(TalkerRequest("ref", prompt, GREEDY, 20)))
+        finally:
+            await runner.close()
+
+    runner, loops = engine
+    for i, prompt in enumerate(clone_prompts):
+        expected = asyncio.run(reference(prompt))
+        got = loops.run(generate(runner, TalkerRequest(f"clone{i}", prompt, GREEDY, 20)))
+        assert got.shape == (20, 8)
+        np.testing.assert_array_equal(got, expected, err_msg=f"clone prompt {i}")
+
+
+# ----------------------------------------------------------------- audio from the engine core
+
+EXACT = ChunkingParams(
+    first_chunk_frames=4, chunk_frames=25, left_context_frames=12, right_holdback_frames=10
+)
+
+
+@pytest.fixture(scope="module")
+def codec(tiny_checkpoint: Path) -> Any:
+    from realtime_engine.model.loader import load_talker
+
+    loaded = load_talker(tiny_checkpoint)
+    assert loaded.codec is not None
+    return loaded.codec
+
+
+def offline_audio(codec: Any, rows: np.ndarray) -> np.ndarray:
+    """The whole utterance decoded in one codec call (the reference for streamed audio)."""
+    frames = rows_to_frames(rows)
+    return codec.decode(torch.from_numpy(frames[None]))[0, 0].numpy()
+
+
+async def audio_of(
+    runner: Any, request: TalkerRequest, chunking: ChunkingParams = EXACT
+) -> np.ndarray:
+    frame = 0
+    pcm = []
+    final = 0
+    async for chunk in runner.speak(request, chunking):
+        assert chunk.start_frame == frame
+        frame += chunk.pcm.size // 960
+        pcm.append(chunk.pcm)
+        final += chunk.final
+    assert final == 1
+    return np.concatenate(pcm)
+
+
+def assert_close_to_peak(got: np.ndarray, want: np.ndarray) -> None:
+    assert got.shape == want.shape
+    assert float(np.abs(got - want).max()) <= 1e-5 * float(np.abs(want).max())
+
+
+def test_audio_from_the_engine_core_equals_the_offline_decode_of_the_greedy_rows(
+    engine: tuple[Any, LoopThread],
+    prompts: list[TalkerPrompt],
+    reference_rows: list[np.ndarray],
+    codec: Any,
+) -> None:
+    runner, loops = engine
+
+    async def staggered() -> list[np.ndarray]:
+        tasks = []
+        for i, prompt in enumerate(prompts):
+            request = TalkerRequest(f"audio{i}", prompt, GREEDY, max_new_tokens=24)
+            tasks.append(asyncio.create_task(audio_of(runner, request)))
+            await asyncio.sleep(0.1 * (i + 1))  # joins while the others decode
+        return list(await asyncio.gather(*tasks))
+
+    for got, rows in zip(loops.run(staggered()), reference_rows, strict=True):
+        assert_close_to_peak(got, offline_audio(codec, rows))
+
+
+def test_an_audio_request_gets_its_rows_back_with_its_final_chunk_when_it_asks(
+    engine: tuple[Any, LoopThread], prompts: list[TalkerPrompt], reference_rows: list[np.ndarray]
+) -> None:
+    """What a context's voice anchor is made of: the engine core sends the request's
+    own rows once, on the final chunk, and only to a request that asked."""
+    runner, loops = engine
+
+    async def finals(return_rows: bool) -> list[Any]:
+        request = TalkerRequest(
+            f"rows-back-{return_rows}", prompts[0], GREEDY, max_new_tokens=24,
+            return_rows=return_rows,
+        )
+        return [chunk async for chunk in runner.speak(request, EXACT)]
+
+    asked = loops.run(finals(True))
+    assert [c.rows is not None for c in asked] == [False] * (len(asked) - 1) + [True]
+    np.testing.assert_array_equal(asked[-1].rows, reference_rows[0])
+    assert all(c.rows is None for c in loops.run(finals(False)))
+
+
+def test_preempted_audio_requests_resume_their_codec_state(
+    engine: tuple[Any, LoopThread], prompts: list[TalkerPrompt], codec: Any
+) -> None:
+    runner, loops = engine
+
+    def request(rid: str, i: int) -> TalkerRequest:
+        return TalkerRequest(rid, prompts[i], GREEDY, fixed_rows=80)
+
+    rows = [loops.run(generate(runner, request(f"apre-rows{i}", i))) for i in (0, 1)]
+
+    async def together() -> list[np.ndarray]:
+        return list(
+            await asyncio.gather(*(audio_of(runner, request(f"apre{i}", i)) for i in (0, 1)))
+        )
+
+    for got, r in zip(loops.run(together()), rows, strict=True):
+        assert_close_to_peak(got, offline_audio(codec, r))
+
+
+def test_audio_aborted_mid_chunk_leaves_nothing_to_the_next_request(
+    engine: tuple[Any, LoopThread],
+    prompts: list[TalkerPrompt],
+    reference_rows: list[np.ndarray],
+    codec: Any,
+) -> None:
+    runner, loops = engine
+    latency = ChunkingParams(1, 10, 10, 2)
+
+    async def abort_then_again() -> tuple[int, np.ndarray]:
+        first = runner.speak(TalkerRequest("amid", prompts[1], GREEDY, fixed_rows=100), latency)
+        chunk = await anext(first)
+        await runner.abort("amid")
+        rest = [c async for c in first]
+        # the same id, another prompt: a fresh codec state in a reused slot
+        again = TalkerRequest("amid", prompts[0], GREEDY, max_new_tokens=24)
+        return chunk.pcm.size + sum(c.pcm.size for c in rest), await audio_of(runner, again)
+
+    got_before, audio = loops.run(abort_then_again())
+    assert 0 < got_before < 93 * 960
+    assert_close_to_peak(audio, offline_audio(codec, reference_rows[0]))
+
+
+def test_the_engine_core_stamps_the_first_rows_of_audio_requests(
+    engine: tuple[Any, LoopThread], prompts: list[TalkerPrompt]
+) -> None:
+    from realtime_engine.talker.types import TalkerTimings
+
+    runner, loops = engine
+    timings = TalkerTimings()
+    submitted = time.perf_counter()
+    request = TalkerRequest("astamp", prompts[2], GREEDY, fixed_rows=12, timings=timings)
+    audio = loops.run(audio_of(runner, request, ChunkingParams(1, 1, 0, 0)))
+    assert audio.size == 5 * 960
+    assert timings.prefilled is not None and timings.first_row is not None
+    assert timings.first_frame_row is not None
+    assert submitted < timings.prefilled <= timings.first_row < timings.first_frame_row
+    assert timings.first_frame_row < time.perf_counter()

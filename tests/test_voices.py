@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
+import re
 import wave
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import av
 import httpx
@@ -22,10 +25,10 @@ from gateway.settings import GatewaySettings
 from gateway.state import GatewayState
 from gateway.voices import (
     ReferenceAudioError,
-    ReferenceClip,
     VoiceConflictError,
     VoiceLibrary,
     VoiceNotFoundError,
+    VoiceStore,
     decode_clip,
     reference_bytes,
 )
@@ -78,16 +81,14 @@ class CloningFakeEngine(FakeEngine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.added: dict[str, tuple[ReferenceClip, str | None]] = {}
-        self.removed: list[str] = []
+        self.encoded: list[np.ndarray] = []
 
-    async def clone_voice(self, voice_id: str, clip: ReferenceClip, text: str | None) -> None:
-        self.added[voice_id] = (clip, text)
-        self.config.voices = (*self.config.voices, voice_id)
-
-    async def remove_cloned_voice(self, voice_id: str) -> None:
-        self.removed.append(voice_id)
-        self.config.voices = tuple(v for v in self.config.voices if v != voice_id)
+    async def encode_reference(self, pcm: np.ndarray, sample_rate: int) -> np.ndarray:
+        """Codes that depend on the clip (its mean level), one row per 960 samples."""
+        self.encoded.append(pcm)
+        frames = -(-pcm.size // 960)
+        level = int(abs(float(pcm.mean())) * 1e6) % 1024
+        return np.full((frames, 8), level, dtype=np.int64)
 
 
 # -- inline reference audio ------------------------------------------------------
@@ -181,17 +182,95 @@ async def test_library_clones_once_per_clip() -> None:
     again = await library.create(CLIP, "a tone", None)
     assert not first.cached and again.cached and again.voice_id == first.voice_id
     assert first.duration_s == pytest.approx(1.0, abs=0.01) and first.frames == 25
-    assert list(engine.added) == [first.voice_id]
-    other = VoiceLibrary(CloningFakeEngine())
-    await other.create(CLIP, "a tone", "named")
-    reused = await other.create(CLIP, "a tone", None)
-    assert (reused.voice_id, reused.cached) == ("named", True)
+    assert len(engine.encoded) == 1  # the hit skipped the encoder
+    named = await library.create(CLIP, "a tone", "named")
+    assert named.cached and len(engine.encoded) == 1
+    assert library.stats().encodes == 1 and library.stats().hits == 2
     assert library.has(first.voice_id)
     entry = library.get(first.voice_id)
     assert not entry.builtin and entry.text == "a tone"
+    # every name of the clip leads to the same codes
+    one, two = await library.reference(first.voice_id), await library.reference("named")
+    assert one is two and one is not None and one.text == "a tone" and one.frames == 25
+    assert await library.reference("default") is None
     # The engine can now speak with it.
-    request = SegmentRequest(request_id="x", text="hi", voice=first.voice_id)
+    request = SegmentRequest(request_id="x", text="hi", voice=first.voice_id, reference=one)
     assert [c async for c in engine.synthesize(request)]
+
+
+async def test_a_transcript_is_part_of_the_cache_key() -> None:
+    engine = CloningFakeEngine()
+    library = VoiceLibrary(engine)
+    await library.create(CLIP, "a tone", None)
+    other = await library.create(CLIP, "another transcript", None)
+    assert not other.cached and len(engine.encoded) == 2
+
+
+async def test_least_recently_used_codes_are_evicted() -> None:
+    engine = CloningFakeEngine()
+    library = VoiceLibrary(engine, max_cached=2)
+    clips = [wav_bytes(tone(1.0, 16_000, hz=hz), 16_000) for hz in (200, 300, 400)]
+    await library.create(clips[0], None, "a")
+    await library.create(clips[1], None, "b")
+    await library.reference("a")  # "a" is now the most recently used
+    await library.create(clips[2], None, "c")  # evicts "b"
+    assert library.stats().evictions == 1 and library.stats().cached == 2
+    assert await library.reference("a") is not None
+    with pytest.raises(VoiceNotFoundError, match="expired"):
+        await library.reference("b")
+    assert not library.has("b")
+    again = await library.create(clips[1], None, "b")
+    assert not again.cached and len(engine.encoded) == 4
+
+
+async def test_keys_do_not_see_each_others_voices() -> None:
+    engine = CloningFakeEngine()
+    library = VoiceLibrary(engine)
+    await library.create(CLIP, None, "mine", key_id="key_a")
+    assert library.has("mine", "key_a") and not library.has("mine", "key_b")
+    assert [v.voice_id for v in library.list("key_b")] == ["default", "fake-bright"]
+    with pytest.raises(VoiceNotFoundError):
+        await library.reference("mine", "key_b")
+    with pytest.raises(VoiceNotFoundError):
+        await library.delete("mine", "key_b")
+    # the same clip and id under another key: its own voice, its own encode
+    theirs = await library.create(CLIP, None, "mine", key_id="key_b")
+    assert not theirs.cached and len(engine.encoded) == 2
+    await library.delete("mine", "key_b")
+    assert library.has("mine", "key_a")
+
+
+async def test_voices_persist_to_a_directory_and_come_back(tmp_path: Path) -> None:
+    engine = CloningFakeEngine()
+    library = VoiceLibrary(engine, store=VoiceStore(tmp_path))
+    await library.create(CLIP, "a tone", "kept", key_id="key_a")
+    await library.create(wav_bytes(tone(1.0, 16_000, hz=330), 16_000), None, "gone", "key_a")
+    await library.delete("gone", "key_a")
+    first = await library.reference("kept", "key_a")
+    assert first is not None
+    names = sorted(p.name for p in (tmp_path / "names").iterdir())
+    assert len(names) == 1 and all(re.fullmatch(r"[0-9a-f]{64}\.json", n) for n in names)
+    assert not list(tmp_path.rglob(".tmp-*"))  # no temporary file left behind
+    # a new process: names come back, codes load from disk without the encoder
+    fresh_engine = CloningFakeEngine()
+    fresh = VoiceLibrary(fresh_engine, store=VoiceStore(tmp_path))
+    assert fresh.has("kept", "key_a") and not fresh.has("gone", "key_a")
+    assert not fresh.has("kept", "key_b")
+    again = await fresh.reference("kept", "key_a")
+    assert again is not None and np.array_equal(again.codes, first.codes)
+    assert again.text == "a tone" and fresh_engine.encoded == []
+    created = await fresh.create(CLIP, "a tone", None, key_id="key_a")
+    assert created.cached and created.voice_id == "kept" and fresh_engine.encoded == []
+
+
+def test_a_broken_store_file_is_skipped(tmp_path: Path) -> None:
+    store = VoiceStore(tmp_path)
+    (tmp_path / "names" / "junk.json").write_text("{not json", encoding="utf-8")
+    (tmp_path / "codes" / ("0" * 64 + ".npz")).write_bytes(b"not an npz")
+    assert store.load_names() == []
+    assert store.load_codes("0" * 64) is None
+    with pytest.raises(ValueError):
+        store.load_codes("../etc/passwd")
 
 
 async def test_library_names_conflicts_and_limits() -> None:
@@ -214,9 +293,11 @@ async def test_library_delete() -> None:
     library = VoiceLibrary(engine)
     await library.create(CLIP, None, "temp")
     await library.delete("temp")
-    assert not library.has("temp") and engine.removed == ["temp"]
+    assert not library.has("temp")
     with pytest.raises(VoiceNotFoundError):
         await library.delete("temp")
+    with pytest.raises(VoiceNotFoundError):
+        await library.reference("temp")
     with pytest.raises(VoiceConflictError):
         await library.delete("default")
 
@@ -301,7 +382,7 @@ async def test_http_voice_lifecycle(cloning_server: tuple[str, CloningFakeEngine
     assert deleted.status_code == 200 and deleted.json()["deleted"] is True
     assert gone.status_code == 404 and gone.json()["error"]["code"] == "voice_not_found"
     assert builtin.status_code == 409
-    assert engine.removed == ["tone"]
+    assert len(engine.encoded) == 1  # the repeat was a cache hit
 
 
 async def test_http_voices_need_a_key_when_keys_are_set() -> None:
@@ -312,3 +393,32 @@ async def test_http_voices_need_a_key_when_keys_are_set() -> None:
     assert denied.status_code == 401
     assert denied.json()["error"]["type"] == "authentication_error"
     assert allowed.status_code == 200
+
+
+class GatedCloningEngine(CloningFakeEngine):
+    """Encoding blocks until the test opens the gate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+
+    async def encode_reference(self, pcm: np.ndarray, sample_rate: int) -> np.ndarray:
+        codes = await super().encode_reference(pcm, sample_rate)
+        await self.gate.wait()
+        return codes
+
+
+async def test_concurrent_creates_of_one_clip_share_one_encode() -> None:
+    engine = GatedCloningEngine()
+    library = VoiceLibrary(engine)
+    tasks = [asyncio.create_task(library.create(CLIP, "a tone", f"v{i}")) for i in range(4)]
+    async with asyncio.timeout(30):
+        # wait (yielding, no timer) until every create is inside an encode or waiting on one
+        while len(engine.encoded) + library.stats().hits < 4:
+            await asyncio.sleep(0)
+    engine.gate.set()
+    results = await asyncio.gather(*tasks)
+    assert len(engine.encoded) == 1
+    assert sorted(r.cached for r in results) == [False, True, True, True]
+    references = [await library.reference(f"v{i}") for i in range(4)]
+    assert all(r is references[0] for r in references)

@@ -340,10 +340,17 @@ class ClonableVoices:
     def __init__(self, engine: FakeEngine) -> None:
         self.engine = engine
 
-    def has(self, voice_id: str) -> bool:
+    def has(self, voice_id: str, key_id: str = "anonymous") -> bool:
         return voice_id in self.engine.config.voices
 
-    async def create(self, audio: bytes, text: str | None, voice_id: str | None) -> CreatedVoice:
+    async def reference(self, voice_id: str, key_id: str = "anonymous") -> None:
+        if not self.has(voice_id):
+            raise ValueError(f"no voice named {voice_id!r}")
+        return None  # the fake engine knows the voice by name
+
+    async def create(
+        self, audio: bytes, text: str | None, voice_id: str | None, key_id: str = "anonymous"
+    ) -> CreatedVoice:
         if not audio.startswith(b"RIFF"):
             raise ValueError("not a WAV file")
         name = voice_id or "clone-1"

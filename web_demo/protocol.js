@@ -250,12 +250,15 @@ export const ERROR_CODES = Object.freeze({
   "KEY_CONTEXT_LIMIT": "key_context_limit",
   "ENGINE_ERROR": "engine_error",
   "ENGINE_OVERLOADED": "engine_overloaded",
+  "ENGINE_UNAVAILABLE": "engine_unavailable",
+  "SERVER_SHUTTING_DOWN": "server_shutting_down",
   "INTERNAL_ERROR": "internal_error",
   "IDLE_TIMEOUT": "idle_timeout"
 });
 
 export const CLOSE_CODES = Object.freeze({
   "NORMAL": 1000,
+  "GOING_AWAY": 1001,
   "POLICY": 1008,
   "TOO_BIG": 1009,
   "SERVER_ERROR": 1011,

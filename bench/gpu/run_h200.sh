@@ -19,7 +19,8 @@
 # Environment (defaults in brackets):
 #   OUT [/tmp/h200_out]  SITE [/root/site]  CKPT [/root/higgs_v3_random]  WORK [/root/h200_work]
 #   PYTHON [python3]  PORT [8000]  PEER_PORT [8095]  BUDGET_S [510]  START_TIMEOUT [300]
-#   MODEL [$CKPT]  TALKER [vllm]  TALKER_OPTIONS [{"max_num_seqs": 384, "max_model_len": 1024}]
+#   MODEL [$CKPT]  TALKER [vllm]  TALKER_OPTIONS [none: the defaults]  (the headline run passes neither
+#   TALKER_OPTIONS nor SERVE_ARGS: `serve --model M --engine higgs` with what a user gets)
 #   SERVE_ARGS [extra `serve` flags]  GW_WHEELS [.whl/gw]  MAKE_CKPT [.whl/peer/make_full_higgs.py]
 #   PRESETS [latency,balanced,exact]  PRESET_WARMUP [3]  PRESET_DURATION [10]  PRESET_MAX_AUDIO [2]
 #   LEVELS [1,16,64,128,256,384]  SWEEP_WARMUP [10]  SWEEP_DURATION [15]  AUDIO_SECONDS [10]
@@ -47,7 +48,7 @@ BUDGET_S=${BUDGET_S:-510}
 START_TIMEOUT=${START_TIMEOUT:-300}
 MODEL=${MODEL:-$CKPT}
 TALKER=${TALKER:-vllm}
-TALKER_OPTIONS=${TALKER_OPTIONS:-'{"max_num_seqs": 384, "max_model_len": 1024}'}
+TALKER_OPTIONS=${TALKER_OPTIONS:-}
 SERVE_ARGS=${SERVE_ARGS:-}
 GW_WHEELS=${GW_WHEELS:-.whl/gw}
 MAKE_CKPT=${MAKE_CKPT:-.whl/peer/make_full_higgs.py}
@@ -304,13 +305,14 @@ start_gateway() {
   local talker=$1 t opts=()
   t=$(date +%s)
   LOG=$RES/server_$talker.log
-  [ "$talker" = vllm ] && opts=(--talker-options "$TALKER_OPTIONS")
+  # the vLLM talker is what `auto` picks on a GPU; name it only for the fallback
+  [ "$talker" = vllm ] || opts+=(--talker "$talker")
+  [ "$talker" = vllm ] && [ -n "$TALKER_OPTIONS" ] && opts+=(--talker-options "$TALKER_OPTIONS")
   local life=$(( $(left) + 30 ))
   say "starting the gateway ($talker talker) on 127.0.0.1:$PORT; log $LOG"
   # shellcheck disable=SC2086  # SERVE_ARGS is a list of flags
   run_bg timeout -k 10 "$life" env "${GW_ENV[@]}" \
-    "$PY" -m gateway.cli serve --model "$MODEL" --engine higgs --talker "$talker" --port "$PORT" \
-    --max-sessions 4000 --max-contexts 8 "${opts[@]}" $SERVE_ARGS
+    "$PY" -m gateway.cli serve --model "$MODEL" --engine higgs --port "$PORT" "${opts[@]}" $SERVE_ARGS
   if wait_http "http://127.0.0.1:$PORT/ready" "$START_TIMEOUT"; then
     say "gateway ready after $(( $(date +%s) - t ))s"
     step_log "start_$talker" ok "$(( $(date +%s) - t ))"

@@ -7,9 +7,10 @@
 #   2. bench.talker_vllm_check    tiny checkpoint through vLLM: graphs (vLLM's and the sampler's)
 #                                 vs eager, greedy and seeded-sampled rows; greedy vs the reference
 #   3. bench.talker_step          decode step time of the talker at real size (dummy weights)
+#   4. bench.gpu.voice_prefill    (opt-in: CHECKS=voice) prefill and TTFA vs voice-reference length
 #
-# $WORK/gateway.env carries the verdict of check 2 to the gateway run (run_h200.sh reads it): the
-# sampler graphs on when they changed no row, off otherwise. Results: $OUT/talker_checks.tar.gz and the JSON files.
+# The sampler graphs are on in every CUDA engine (vLLM's enforce_eager turns them off), so check 2
+# compares the default engine with an eager one. Results: $OUT/talker_checks.tar.gz and the JSON files.
 # Environment: OUT [/tmp/h200_out]  SITE [/root/site]  WORK [/root/h200_work]  PYTHON [python3]
 #   STEP_BATCHES [1,16,64,256] ("" skips check 3)  SAMPLER_BATCHES [1,16,64,256,384]
 #   CODEC_BATCHES [1,16,64,128]  CHECKS [codec,sampler,rows,step]: which of 0-3 to run
@@ -33,8 +34,6 @@ mkdir -p "$OUT" "$RES" || exit 1
 KIT_PATH=$(cat "$SITE/.pythonpath") || { say "no $SITE/.pythonpath: install the vLLM kit first"; exit 1; }
 export PYTHONPATH=$REPO:$KIT_PATH PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1
 export VLLM_USE_V2_MODEL_RUNNER=1 VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_PLUGINS=higgs_audio_v3
-# the checks measure the opt-in sampler graphs (eager runs of check 2 never capture)
-export SPEECH_GATEWAY_SAMPLER_GRAPHS=${SPEECH_GATEWAY_SAMPLER_GRAPHS:-1}
 
 if want codec; then
   say "codec decoder throughput by preset, batch and precision"
@@ -52,23 +51,27 @@ fi
 if want rows; then
   say "rows under graphs vs eager vs the reference (tiny checkpoint)"
   if "$PY" -m bench.talker_vllm_check --out "$RES" > "$RES/vllm_check.log" 2>&1; then
-    say "graphs equal eager: the gateway runs with the sampler graphs"
-    echo "SPEECH_GATEWAY_SAMPLER_GRAPHS=$SPEECH_GATEWAY_SAMPLER_GRAPHS" > "$WORK/gateway.env"
+    say "graphs equal eager"
   else
-    say "graphs differ from eager (or the check failed): the gateway runs the sampler eagerly"
-    echo "SPEECH_GATEWAY_SAMPLER_GRAPHS=0" > "$WORK/gateway.env"
+    say "GRAPHS DIFFER FROM EAGER (or the check failed)"
     grep -v "^INFO\|^(EngineCore" "$RES/vllm_check.log" | tail -n 30
   fi
   [ -f "$RES/talker_vllm_check.json" ] && tr -d ' \n' < "$RES/talker_vllm_check.json" && echo
 fi
-touch "$WORK/gateway.env"
 
 if want step && [ -n "$STEP_BATCHES" ]; then
   say "talker decode step at real size"
-  # shellcheck disable=SC2046  # the env file holds KEY=VALUE words
-  env $(cat "$WORK/gateway.env") "$PY" -m bench.talker_step --models higgs --batches "$STEP_BATCHES" \
+  "$PY" -m bench.talker_step --models higgs --batches "$STEP_BATCHES" \
     --out "$RES" > "$RES/talker_step.log" 2>&1
   if [ -f "$RES/talker_step.json" ]; then cat "$RES/talker_step.json"; else tail -n 30 "$RES/talker_step.log"; fi
+fi
+
+if want voice; then
+  say "prefill and TTFA vs voice-reference length (0, 2, 5, 10 s), c=1"
+  # shellcheck disable=SC2046  # the env file holds KEY=VALUE words
+  env $(cat "$WORK/gateway.env") "$PY" -m bench.gpu.voice_prefill --out "$RES" > "$RES/voice_prefill.log" 2>&1
+  if [ -f "$RES/voice_prefill.json" ]; then tr -d ' \n' < "$RES/voice_prefill.json" && echo
+  else tail -n 30 "$RES/voice_prefill.log"; fi
 fi
 
 say "sampler graph messages from the engines (captured / failed):"

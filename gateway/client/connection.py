@@ -126,6 +126,11 @@ class Connection:
     def limits(self) -> Limits:
         return self.session.limits
 
+    @property
+    def closed(self) -> bool:
+        """True once the socket closed (either side): open a new connection to go on."""
+        return self._closing or self._closed_error is not None
+
     # ------------------------------------------------------------------ API
 
     def context(self, context_id: str | None = None, *, dispatch: str = "context") -> Context:

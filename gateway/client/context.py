@@ -113,6 +113,11 @@ class Context:
         return self._state.context_id
 
     @property
+    def connection(self) -> Connection:
+        """The connection this context lives on."""
+        return self._connection
+
+    @property
     def stream(self) -> int | None:
         return self._state.stream
 

@@ -91,6 +91,12 @@ class CodecDecoder(nn.Module):
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
         """codes [B, Q, T] (int) -> pcm [B, 1, hop * T] float32."""
         self.check_codes(codes)
+        return self.decode_valid(codes)
+
+    @torch.inference_mode()
+    def decode_valid(self, codes: torch.Tensor) -> torch.Tensor:
+        """:meth:`decode` for codes already known to be in range (the talker's
+        sampler masks guarantee it): no range check, so no host synchronisation."""
         with self.compute_context():
             acoustic = self.acoustic_input(codes)
             return self.acoustic_decoder(acoustic).float()

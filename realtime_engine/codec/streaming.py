@@ -50,6 +50,7 @@ from realtime_engine.codec.stream_core import StreamingCodec
 from realtime_engine.engines.base import ChunkingParams
 from realtime_engine.talker.types import EOC, NUM_CODEBOOKS
 
+HOP = 960  # samples per codec frame (24 kHz)
 CODEBOOK_SIZE = 1024
 
 _stream_ids = itertools.count()

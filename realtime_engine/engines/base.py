@@ -14,6 +14,7 @@ from typing import ClassVar, Literal, Protocol, get_args
 
 import numpy as np
 
+from realtime_engine.engines.continuity import VoiceContinuity
 from realtime_engine.talker.types import TalkerSampling
 
 
@@ -60,6 +61,18 @@ class SegmentTimings:
             setattr(self, stage, time.perf_counter() if at is None else at)
 
 
+@dataclass(frozen=True, eq=False)
+class VoiceReference:
+    """A cloned voice: raw codec codes ``[frames, 8]`` (0..1023) and their transcript."""
+
+    codes: np.ndarray
+    text: str | None = None
+
+    @property
+    def frames(self) -> int:
+        return int(self.codes.shape[0])
+
+
 @dataclass(frozen=True)
 class SegmentRequest:
     request_id: str
@@ -70,6 +83,11 @@ class SegmentRequest:
     max_new_tokens: int | None = None
     fixed_rows: int | None = None  # benchmarks: exact output length in frames
     speed: float = 1.0  # speaking rate; engines without rate control ignore it
+    # A cloned voice (resolved by the gateway); engines without an encoder refuse it.
+    reference: VoiceReference | None = field(default=None, compare=False, repr=False)
+    # One voice across a context's segments (see docs/voices.md); None: each
+    # segment stands alone.
+    continuity: VoiceContinuity | None = field(default=None, compare=False, repr=False)
     # Filled by the engine as the segment progresses (see SegmentTimings);
     # None: nobody is measuring.
     timings: SegmentTimings | None = field(default=None, compare=False, repr=False)
@@ -84,6 +102,14 @@ class VoiceInfo:
 
 class EngineError(RuntimeError):
     """A segment failed inside the engine; raised from its chunk iterator."""
+
+
+class EngineDeadError(EngineError):
+    """The engine itself has died (its process or thread is gone); nothing more will run.
+
+    Engines that can die say why from an optional ``failure() -> str | None``
+    method, which the gateway's health watch polls.
+    """
 
 
 class UnsupportedVoiceError(EngineError):

@@ -190,6 +190,11 @@ class CpuVoiceEngine:
 
     async def _stream(self, request: SegmentRequest, active: _Active) -> AsyncIterator[np.ndarray]:
         try:
+            if request.reference is not None:
+                raise UnsupportedVoiceError(
+                    f"the {self.name} engine cannot speak cloned voices (reference audio); "
+                    f"use one of its voices: {', '.join(self.voice_ids)}"
+                )
             if request.voice not in self.voice_ids:
                 raise UnsupportedVoiceError(
                     f"voice {request.voice!r} is not available on the {self.name} engine "

@@ -4,7 +4,15 @@ Each segment is a sine tone whose pitch derives from the segment text (so
 audio from different segments is distinguishable) with a duration
 proportional to its length. Timing (first-chunk delay, real-time factor),
 chunk size and failures are configurable; aborts and requests are recorded
-so tests can assert that cancelled work really stopped.
+so tests can assert that cancelled work really stopped; the log keeps only
+the most recent ``log_limit`` entries per list, so a long load run stays flat.
+
+Faults on demand (``speech-gateway serve --engine fake --fake-options JSON``):
+``fail_after_segments`` (later segments raise ``EngineError``),
+``hang_after_segments`` (later segments never yield: the gateway's stall
+limit must catch them) and ``die_after_segments`` (the engine dies: running
+and later segments raise ``EngineDeadError`` and ``failure()`` says why, as
+a dead talker process would). ``die()`` does the last on demand.
 """
 
 from __future__ import annotations
@@ -15,10 +23,12 @@ import math
 import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 
 from realtime_engine.engines.base import (
+    EngineDeadError,
     EngineError,
     SegmentRequest,
     UnsupportedVoiceError,
@@ -26,6 +36,7 @@ from realtime_engine.engines.base import (
 )
 
 FRAME_SAMPLES = 960  # one codec frame at 24 kHz: 40 ms
+T = TypeVar("T")
 
 
 @dataclass
@@ -44,18 +55,43 @@ class FakeEngineConfig:
     fail_after_chunks: int = 0
     start_delay_s: float = 0.0
     voices: tuple[str, ...] = ("default", "fake-bright")
+    # Faults by segment count (segments started since the engine started;
+    # None: never). See the module docstring.
+    fail_after_segments: int | None = None
+    hang_after_segments: int | None = None
+    die_after_segments: int | None = None
+    # Entries kept per log list (the most recent ones).
+    log_limit: int = 1000
+
+
+class RecentList(list[T]):
+    """A list that keeps only its most recent ``limit`` items (amortised O(1) append)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = max(limit, 1)
+
+    def append(self, item: T) -> None:
+        super().append(item)
+        if len(self) >= 2 * self.limit:
+            del self[: len(self) - self.limit]
 
 
 @dataclass
 class FakeEngineLog:
-    requests: list[SegmentRequest] = field(default_factory=list)
-    aborted: list[str] = field(default_factory=list)  # abort() calls for running requests
-    finished: list[str] = field(default_factory=list)  # ran to the end
-    stopped: list[str] = field(default_factory=list)  # stopped early by abort
-    failed: list[str] = field(default_factory=list)
+    limit: int = 1000
+    requests: RecentList[SegmentRequest] = field(init=False)
+    aborted: RecentList[str] = field(init=False)  # abort() calls for running requests
+    finished: RecentList[str] = field(init=False)  # ran to the end
+    stopped: RecentList[str] = field(init=False)  # stopped early by abort
+    failed: RecentList[str] = field(init=False)
     # Closed by the consumer while running, without an abort: with a real
     # engine that work would have kept running.
-    abandoned: list[str] = field(default_factory=list)
+    abandoned: RecentList[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        for name in ("requests", "aborted", "finished", "stopped", "failed", "abandoned"):
+            setattr(self, name, RecentList(self.limit))
 
 
 def segment_pitch_hz(text: str) -> float:
@@ -71,8 +107,10 @@ def _tone_period(pitch_hz: int, sample_rate: int, amplitude: float) -> np.ndarra
     return table
 
 
-def _tone(pitch_hz: float, sample_rate: int, amplitude: float, n: int) -> np.ndarray:
-    t = np.arange(n, dtype=np.float64) / sample_rate
+def _tone(
+    pitch_hz: float, sample_rate: int, amplitude: float, n: int, start: int = 0
+) -> np.ndarray:
+    t = np.arange(start, n, dtype=np.float64) / sample_rate
     return (amplitude * np.sin(2 * np.pi * pitch_hz * t)).astype(np.float32)
 
 
@@ -87,61 +125,119 @@ class FakeEngine:
                 raise TypeError(f"unknown FakeEngine option {key!r}")
             setattr(self.config, key, value)
         self.sample_rate = self.config.sample_rate
-        self.log = FakeEngineLog()
+        self.log = FakeEngineLog(self.config.log_limit)
         self.started = False
         self.closed = False
+        self.segments = 0  # segments started
+        self._death: str | None = None
         self._abort_events: dict[str, asyncio.Event] = {}
 
     def voices(self) -> list[VoiceInfo]:
         return [VoiceInfo(v, description="test tone") for v in self.config.voices]
 
-    def render(self, request: SegmentRequest) -> np.ndarray:
-        """The whole audio of a segment, exactly what the stream concatenates to."""
+    def length(self, request: SegmentRequest) -> int:
+        """Samples in a segment's audio."""
         cfg = self.config
         if request.fixed_rows is not None:
-            n = request.fixed_rows * FRAME_SAMPLES * cfg.sample_rate // 24000
-        else:
-            seconds = max(cfg.min_seconds, len(request.text) * cfg.seconds_per_char)
-            n = int(seconds / max(request.speed, 1e-3) * cfg.sample_rate)
+            return request.fixed_rows * FRAME_SAMPLES * cfg.sample_rate // 24000
+        seconds = max(cfg.min_seconds, len(request.text) * cfg.seconds_per_char)
+        return int(seconds / max(request.speed, 1e-3) * cfg.sample_rate)
+
+    def render(
+        self, request: SegmentRequest, start: int = 0, stop: int | None = None
+    ) -> np.ndarray:
+        """Samples ``[start, stop)`` of a segment's audio (all of it by default):
+        exactly what the stream concatenates to.
+
+        Streams render one chunk at a time, so a long segment never holds its
+        whole audio (large short-lived arrays are what fragments a heap).
+        """
+        cfg = self.config
+        stop = self.length(request) if stop is None else min(stop, self.length(request))
         pitch = segment_pitch_hz(request.text)
         if pitch.is_integer():
-            # Tiling one period costs a copy instead of a sine per sample: load
+            # Indexing one period costs a copy instead of a sine per sample: load
             # runs render hundreds of segments a second in the gateway's process.
-            return np.resize(_tone_period(int(pitch), cfg.sample_rate, cfg.amplitude), n)
-        return _tone(pitch, cfg.sample_rate, cfg.amplitude, n)
+            table = _tone_period(int(pitch), cfg.sample_rate, cfg.amplitude)
+            return table[np.arange(start, stop) % len(table)]
+        return _tone(pitch, cfg.sample_rate, cfg.amplitude, stop, start)
+
+    def failure(self) -> str | None:
+        """Why the engine is dead, or None while it lives (the gateway's health watch)."""
+        return self._death
+
+    def die(self, reason: str = "injected engine death") -> None:
+        """Die now: running segments raise ``EngineDeadError``, later ones at once."""
+        if self._death is None:
+            self._death = reason
+        for event in self._abort_events.values():
+            event.set()  # wake every running segment so it sees the death
+
+    def _fault(self, index: int) -> str | None:
+        """The fault due for the segment started ``index``-th (0-based), if any."""
+        cfg = self.config
+        for name, after in (
+            ("die", cfg.die_after_segments),
+            ("fail", cfg.fail_after_segments),
+            ("hang", cfg.hang_after_segments),
+        ):
+            if after is not None and index >= after:
+                return name
+        return None
+
+    def _raise_if_dead(self, request_id: str) -> None:
+        if self._death is not None:
+            self.log.failed.append(request_id)
+            raise EngineDeadError(f"the fake engine is dead: {self._death}")
 
     async def synthesize(self, request: SegmentRequest) -> AsyncIterator[np.ndarray]:
         cfg = self.config
         self.log.requests.append(request)
-        if request.voice not in cfg.voices:
+        self._raise_if_dead(request.request_id)
+        # A cloned voice travels as its reference; the tone ignores it.
+        if request.reference is None and request.voice not in cfg.voices:
             self.log.failed.append(request.request_id)
             raise UnsupportedVoiceError(f"unknown voice {request.voice!r}")
+        fault = self._fault(self.segments)
+        self.segments += 1
         aborted = self._abort_events.setdefault(request.request_id, asyncio.Event())
         timings = request.timings
         try:
             if timings is not None:
                 timings.mark("submitted")
-            audio = self.render(request)
+            if fault == "die":
+                self.die(f"died after {cfg.die_after_segments} segments")
+            elif fault == "fail":
+                self.log.failed.append(request.request_id)
+                raise EngineError(f"injected failure in {request.request_id}")
+            elif fault == "hang":
+                await aborted.wait()  # nothing, ever, until aborted
+            self._raise_if_dead(request.request_id)
+            total = self.length(request)
             if await self._sleep_unless(aborted, cfg.first_chunk_delay_s):
+                self._raise_if_dead(request.request_id)
                 self.log.stopped.append(request.request_id)
                 return
-            for index, start in enumerate(range(0, len(audio), cfg.chunk_samples)):
+            for index, start in enumerate(range(0, total, cfg.chunk_samples)):
                 failing = cfg.fail_on is not None and cfg.fail_on in request.text
                 if failing and index >= cfg.fail_after_chunks:
                     self.log.failed.append(request.request_id)
                     raise EngineError(f"injected failure in {request.request_id}")
-                chunk = audio[start : start + cfg.chunk_samples]
+                chunk = self.render(request, start, start + cfg.chunk_samples)
                 if index and await self._sleep_unless(
                     aborted, len(chunk) / cfg.sample_rate * cfg.realtime_factor
                 ):
+                    self._raise_if_dead(request.request_id)
                     self.log.stopped.append(request.request_id)
                     return
+                self._raise_if_dead(request.request_id)
                 if aborted.is_set():
                     self.log.stopped.append(request.request_id)
                     return
                 if timings is not None:
                     timings.mark("first_chunk")
                 yield chunk
+                self._raise_if_dead(request.request_id)
                 if aborted.is_set():
                     # The consumer resumed us after aborting: it must not get more.
                     self.log.stopped.append(request.request_id)

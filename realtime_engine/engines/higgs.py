@@ -1,36 +1,23 @@
-"""Higgs Audio v3 speech engine: text → talker code rows → streaming codec → PCM.
+"""Higgs Audio v3 speech engine: text → talker → PCM chunks.
 
-The engine works with any :class:`~realtime_engine.talker.types.TalkerRunner`
-(the in-process reference runner or a vLLM-backed one). Every segment streams
-through its own slot of one stateful
-:class:`~realtime_engine.codec.stream_core.StreamingCodec`; the chunks due in
-all running segments are decoded together on one codec thread, so the event
-loop never runs model math.
+The codec runs beside the talker, in its process and on its device (the
+vLLM engine core, or the reference runner's thread): code rows never reach
+this process, which only receives PCM chunks (``TalkerRunner.speak``) and
+does no model math.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
-from realtime_engine.codec.decoder import CodecDecoder
-from realtime_engine.codec.errors import CodecInputError, InvalidChunkingError, StreamStateError
+from realtime_engine.codec.errors import InvalidChunkingError
 from realtime_engine.codec.presets import DEFAULT_PRESET, get_preset, validate_chunking
-from realtime_engine.codec.stream_core import StreamingCodec
-from realtime_engine.codec.streaming import (
-    DecodedJob,
-    DecodeJob,
-    StreamingDecoder,
-    decode_jobs,
-)
 from realtime_engine.engines.base import (
     ChunkingParams,
     EngineError,
@@ -38,9 +25,12 @@ from realtime_engine.engines.base import (
     SegmentTimings,
     UnsupportedVoiceError,
     VoiceInfo,
+    VoiceReference,
 )
+from realtime_engine.engines.higgs_voices import ReferenceEncoder
 from realtime_engine.model.prompts import PromptError, build_clone_prompt, build_zero_shot_prompt
 from realtime_engine.model.tokenizer import HiggsTokenizer
+from realtime_engine.talker.delay import revert_delay, sanitize_codes
 from realtime_engine.talker.types import (
     NUM_CODEBOOKS,
     TalkerError,
@@ -66,31 +56,28 @@ _SPEED_TAGS = (
 
 
 class _StageClock:
-    """Stamps a segment's :class:`SegmentTimings` from the rows and chunks it sees."""
+    """Fills a segment's :class:`SegmentTimings` from the talker's stamps and the chunks."""
 
     def __init__(self, timings: SegmentTimings | None) -> None:
         self.timings = timings
         self.talker = None if timings is None else TalkerTimings()
-        self._rows = 0
 
     def submitted(self) -> None:
         if self.timings is not None:
             self.timings.mark("submitted")
 
-    def row(self) -> None:
-        if self.timings is None or self._rows > DELAY_TAIL_ROWS:
-            return
-        if self._rows == 0:
-            if self.talker is not None and self.talker.prefilled is not None:
-                self.timings.mark("prefilled", self.talker.prefilled)
-            self.timings.mark("first_row")
-        if self._rows == DELAY_TAIL_ROWS:  # the last codebook of frame 0 arrives here
-            self.timings.mark("first_frame_row")
-        self._rows += 1
-
     def chunk(self, pcm: np.ndarray) -> np.ndarray:
-        if self.timings is not None and pcm.size:
-            self.timings.mark("first_chunk")
+        timings, talker = self.timings, self.talker
+        if timings is None or talker is None or not pcm.size or timings.first_chunk is not None:
+            return pcm
+        # The runner stamped these where the rows were made, before sending the chunk.
+        if talker.prefilled is not None:
+            timings.mark("prefilled", talker.prefilled)
+        if talker.first_row is not None:
+            timings.mark("first_row", talker.first_row)
+        if talker.first_frame_row is not None:
+            timings.mark("first_frame_row", talker.first_frame_row)
+        timings.mark("first_chunk")
         return pcm
 
 
@@ -111,65 +98,6 @@ def speed_tag(speed: float) -> str:
     return ""
 
 
-def codec_decode_fn(codec: nn.Module) -> Callable[[np.ndarray], np.ndarray]:
-    """Wrap a codec module (codes ``[B, 8, W]`` → PCM ``[B, 1, 960·W]``) as a numpy function."""
-
-    def decode(codes: np.ndarray) -> np.ndarray:
-        param = next(codec.parameters())
-        with torch.inference_mode():
-            batch = torch.from_numpy(np.ascontiguousarray(codes, dtype=np.int64))
-            pcm = codec(batch.to(param.device))
-        return pcm.float().reshape(codes.shape[0], -1).cpu().numpy()
-
-    return decode
-
-
-def _require_codec(codec: CodecDecoder | None, model: str | Path) -> CodecDecoder:
-    if codec is None:
-        raise EngineError(f"{model!s} has no bundled codec")
-    return codec
-
-
-class _CodecBatcher:
-    """Decode jobs from many segments on one thread, batching whatever is waiting."""
-
-    def __init__(self, max_batch: int) -> None:
-        self._max_batch = max_batch
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="codec")
-        self._pending: list[tuple[DecodeJob, asyncio.Future[DecodedJob]]] = []
-        self._drainer: asyncio.Task[None] | None = None
-
-    async def decode(self, job: DecodeJob) -> DecodedJob:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[DecodedJob] = loop.create_future()
-        self._pending.append((job, future))
-        if self._drainer is None or self._drainer.done():
-            self._drainer = loop.create_task(self._drain())
-        return await future
-
-    async def _drain(self) -> None:
-        loop = asyncio.get_running_loop()
-        while self._pending:
-            batch = self._pending[: self._max_batch]
-            del self._pending[: len(batch)]
-            jobs = [job for job, _ in batch]
-            try:
-                pcms = await loop.run_in_executor(self._executor, decode_jobs, jobs)
-            except Exception as e:
-                for _, future in batch:
-                    if not future.done():
-                        error = EngineError(f"codec decode failed: {e}")
-                        error.__cause__ = e
-                        future.set_exception(error)
-                continue
-            for (_, future), pcm in zip(batch, pcms, strict=True):
-                if not future.done():
-                    future.set_result(pcm)
-
-    def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
-
-
 class HiggsEngine:
     """:class:`~realtime_engine.engines.base.SpeechEngine` on a Higgs Audio v3 talker."""
 
@@ -179,25 +107,20 @@ class HiggsEngine:
         self,
         runner: TalkerRunner,
         tokenizer: HiggsTokenizer,
-        codec: StreamingCodec | CodecDecoder,
         *,
         model_id: str = "higgs-audio-v3",
         sample_rate: int = SAMPLE_RATE,
         chunking: ChunkingParams | None = None,
-        codec_batch: int = 16,
+        voice_encoder: ReferenceEncoder | None = None,
     ) -> None:
         self.model_id = model_id
         self.sample_rate = sample_rate
         self._runner = runner
         self._tokenizer = tokenizer
-        if isinstance(codec, CodecDecoder):
-            codec = StreamingCodec(codec, max_slots=codec_batch)
-        self._stream_codec = codec
         self._chunking = chunking or get_preset(DEFAULT_PRESET)
-        self._codec = _CodecBatcher(codec_batch)
         self._clone_voices: dict[str, CloneVoice] = {}
+        self._voice_encoder = voice_encoder or ReferenceEncoder(None)
         self._running: set[str] = set()
-        self._aborted: set[str] = set()
         self._started = False
 
     @classmethod
@@ -212,29 +135,33 @@ class HiggsEngine:
         backend: str = "auto",
         runner_options: dict[str, Any] | None = None,
         codec_precision: str = "fp32",
-        codec_batch: int = 16,
+        codec_batch: int = 64,
     ) -> HiggsEngine:
         """Load ``model`` (``tiny``, a directory or a cached HF id).
 
         ``backend``: ``"reference"`` runs the talker in-process on PyTorch;
         ``"vllm"`` hands it to vLLM through
-        :func:`realtime_engine.talker.vllm_runner.create_talker_runner` with
+        :func:`realtime_engine.talker.runner_factory.create_talker_runner` with
         ``runner_options``; ``"auto"`` takes vLLM when it is importable and a
-        CUDA device is present, else the reference runner. The codec always
-        runs here, on ``device``, in ``codec_precision`` (``fp32``: chunked
-        output equals whole decoding; ``tf32``/``bf16``: faster on CUDA), up to
-        ``codec_batch`` streams per call.
+        CUDA device is present, else the reference runner. The codec runs
+        beside the talker (vLLM's engine core, or the reference runner's
+        thread), in ``codec_precision`` (``fp32``: chunked output equals whole
+        decoding; ``tf32``/``bf16``: faster on CUDA), up to ``codec_batch``
+        chunk windows per call.
         """
-        from realtime_engine.model.checkpoint import SafetensorsCheckpoint
+        from realtime_engine.codec.decoder import CODEC_PRECISIONS
+        from realtime_engine.model.checkpoint import CodecView, SafetensorsCheckpoint
         from realtime_engine.model.hub import resolve_model
-        from realtime_engine.model.loader import load_codec, load_talker
+        from realtime_engine.model.loader import load_talker
 
         if backend not in BACKENDS:
             raise EngineError(f"unknown talker backend {backend!r}; choose one of {BACKENDS}")
         if backend == "auto":
-            from realtime_engine.talker.vllm_runner import vllm_usable
+            from realtime_engine.talker.runner_factory import vllm_usable
 
             backend = "vllm" if vllm_usable() else "reference"
+        if codec_precision not in CODEC_PRECISIONS:
+            raise EngineError(f"codec precision must be one of {CODEC_PRECISIONS}")
         dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if dtype is None:
             dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
@@ -244,33 +171,55 @@ class HiggsEngine:
                 from realtime_engine.talker.reference_runner import ReferenceRunner
 
                 loaded = load_talker(model, device=dev, dtype=dtype)
-                tokenizer, codec = loaded.tokenizer, _require_codec(loaded.codec, model)
+                tokenizer, codec = loaded.tokenizer, loaded.codec
+                if codec is None:
+                    raise EngineError(f"{model!s} has no bundled codec")
+                codec.set_precision(codec_precision)
+                path = loaded.path
                 runner = ReferenceRunner(
                     loaded.model,
                     dev,
                     max_batch=max_batch,
                     max_positions=loaded.config.max_position_embeddings,
+                    codec=codec,
+                    codec_batch=codec_batch,
                 )
             else:
-                from realtime_engine.talker.vllm_runner import create_talker_runner
+                from realtime_engine.talker.runner_factory import create_talker_runner
 
                 path = resolve_model(model)
                 tokenizer = HiggsTokenizer.from_dir(path)
-                codec = _require_codec(load_codec(SafetensorsCheckpoint(path), device=dev), model)
-                runner = create_talker_runner(path, backend, **(runner_options or {}))
-            codec.set_precision(codec_precision)
+                if not len(CodecView(SafetensorsCheckpoint(path))):
+                    raise EngineError(f"{model!s} has no bundled codec")
+                options = dict(runner_options or {})
+                options.setdefault("codec_precision", codec_precision)
+                options.setdefault("codec_batch", codec_batch)
+                runner = create_talker_runner(path, backend, **options)
+            voice_encoder = ReferenceEncoder.from_checkpoint(path, dev)
         except (OSError, ValueError) as e:
             raise EngineError(f"cannot load {model!s}: {e}") from e
         return cls(
             runner,
             tokenizer,
-            codec,
             model_id=str(model),
             chunking=chunking,
-            codec_batch=codec_batch,
+            voice_encoder=voice_encoder,
         )
 
     # ------------------------------------------------------------ voices
+    @property
+    def supports_voice_cloning(self) -> bool:
+        return self._voice_encoder.available
+
+    @property
+    def reference_encodes(self) -> int:
+        """Clips run through the codec encoder (the voice cache's misses)."""
+        return self._voice_encoder.encodes
+
+    async def encode_reference(self, pcm: np.ndarray, sample_rate: int) -> np.ndarray:
+        """Codec codes ``[frames, 8]`` of a reference clip (mono float32), off the loop."""
+        return await self._voice_encoder.encode(pcm, sample_rate, f"{self.name} engine")
+
     def voices(self) -> list[VoiceInfo]:
         builtin = VoiceInfo(DEFAULT_VOICE, "the model's own voice (zero-shot)", builtin=True)
         cloned = [
@@ -289,17 +238,32 @@ class HiggsEngine:
             raise UnsupportedVoiceError(f"voice {voice_id!r}: {e}") from e
         self._clone_voices[voice_id] = voice
 
-    def _prompt(self, request: SegmentRequest) -> TalkerPrompt:
-        text = speed_tag(request.speed) + request.text
-        try:
-            if request.voice == DEFAULT_VOICE:
-                return build_zero_shot_prompt(self._tokenizer, text)
+    def _reference(self, request: SegmentRequest) -> VoiceReference | None:
+        """The voice to clone: the request's own, a registered one, or the context's anchor."""
+        if request.reference is not None:
+            return request.reference
+        if request.voice != DEFAULT_VOICE:
             voice = self._clone_voices.get(request.voice)
             if voice is None:
                 raise UnsupportedVoiceError(f"unknown voice {request.voice!r}")
-            return build_clone_prompt(self._tokenizer, text, voice.ref_codes, voice.ref_text)
+            return VoiceReference(voice.ref_codes, voice.ref_text)
+        if request.continuity is not None:
+            return request.continuity.anchor()
+        return None
+
+    def _prompt(self, request: SegmentRequest) -> TalkerPrompt:
+        text = speed_tag(request.speed) + request.text
+        reference = self._reference(request)
+        try:
+            if reference is None:
+                return build_zero_shot_prompt(self._tokenizer, text)
+            return build_clone_prompt(self._tokenizer, text, reference.codes, reference.text)
         except PromptError as e:
             raise EngineError(f"cannot build a prompt: {e}") from e
+
+    def prompt_for(self, request: SegmentRequest) -> TalkerPrompt:
+        """The talker prompt ``request`` gets now (tests, tools)."""
+        return self._prompt(request)
 
     # ------------------------------------------------------------ synthesis
     def _talker_request(
@@ -321,9 +285,19 @@ class HiggsEngine:
 
     async def synthesize(self, request: SegmentRequest) -> AsyncIterator[np.ndarray]:
         clock = _StageClock(request.timings)
-        talker_request = self._talker_request(request, clock.talker)
+        # The segment's rows come back (on its final chunk) only while they may
+        # still become the context's voice anchor.
+        continuity = request.continuity
+        keep = (
+            continuity is not None
+            and not continuity.settled
+            and request.reference is None
+            and request.voice == DEFAULT_VOICE
+        )
+        talker_request = replace(self._talker_request(request, clock.talker), return_rows=keep)
+        chunking = request.chunking or self._chunking
         try:
-            validate_chunking(request.chunking or self._chunking)
+            validate_chunking(chunking)
         except InvalidChunkingError as e:
             raise EngineError(f"invalid chunking: {e}") from e
         request_id = request.request_id
@@ -331,45 +305,40 @@ class HiggsEngine:
             raise EngineError(f"request id {request_id!r} is already running")
         clock.submitted()
         try:
-            rows = self._runner.submit(talker_request)
+            chunks = self._runner.speak(talker_request, chunking)
         except TalkerError as e:
             raise EngineError(f"talker rejected {request_id!r}: {e}") from e
-        decoder = StreamingDecoder(self._stream_codec, request.chunking or self._chunking)
         self._running.add(request_id)
         try:
-            async for row in rows:
-                clock.row()
-                for job in decoder.plan_feed(row):
-                    yield clock.chunk(await self._complete(decoder, job))
-            if request_id in self._aborted:
-                return
-            for job in decoder.plan_finish():
-                yield clock.chunk(await self._complete(decoder, job))
+            async for chunk in chunks:
+                if chunk.pcm.size:
+                    yield clock.chunk(chunk.pcm)
+                # Only a segment that ran to its end may anchor the context's voice.
+                rows = chunk.rows if chunk.final else None
+                if continuity is not None and rows is not None and len(rows) >= NUM_CODEBOOKS:
+                    codes = sanitize_codes(revert_delay(rows.astype(np.int64)))
+                    continuity.record(codes, request.text)
         except TalkerError as e:
             raise EngineError(f"talker failed on {request_id!r}: {e}") from e
-        except (CodecInputError, StreamStateError) as e:
-            raise EngineError(f"codec stream failed on {request_id!r}: {e}") from e
         finally:
-            decoder.close()
             self._running.discard(request_id)
-            self._aborted.discard(request_id)
-            aclose = getattr(rows, "aclose", None)
+            aclose = getattr(chunks, "aclose", None)
             if aclose is not None:
                 await aclose()
-
-    async def _complete(self, decoder: StreamingDecoder, job: DecodeJob) -> np.ndarray:
-        decoded = await self._codec.decode(job)
-        return decoder.complete(job, decoded)
 
     def stats(self) -> Any:
         """The runner's cumulative step counters (for /metrics), if it keeps any."""
         runner_stats = getattr(self._runner, "stats", None)
         return runner_stats() if callable(runner_stats) else None
 
+    def failure(self) -> str | None:
+        """Why the talker is dead (vLLM engine core process, reference thread), else None."""
+        failure = getattr(self._runner, "failure", None)
+        return failure() if callable(failure) else None
+
     async def abort(self, request_id: str) -> None:
         if request_id not in self._running:
             return
-        self._aborted.add(request_id)
         await self._runner.abort(request_id)
 
     # ------------------------------------------------------------ lifecycle
@@ -388,4 +357,4 @@ class HiggsEngine:
 
     async def close(self) -> None:
         await self._runner.close()
-        self._codec.close()
+        self._voice_encoder.close()

@@ -8,8 +8,13 @@ consumer, and feed the fused embedding of the row back through the model.
 Each request keeps its own KV cache, random stream and slot in the batched
 termination state, so requests join and leave at any step.
 
+Audio (:meth:`ReferenceRunner.speak`): the rows stay on the runner's device
+and are decoded into PCM chunks on this same thread, batched over the requests
+with a chunk due (:mod:`.reference_audio`).
+
 Back-pressure: a request whose consumer holds ``queue_rows`` undelivered rows
-sits out steps until the consumer catches up; others keep going.
+(or frames of audio) sits out steps until the consumer catches up; others
+keep going.
 """
 
 from __future__ import annotations
@@ -19,84 +24,31 @@ import contextlib
 import threading
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from realtime_engine.talker.reference_streams import (
+    END,
+    End,
+    RunnerStats,
+    RunnerStream,
+    TalkerModel,
+    queue_weight,
+)
 from realtime_engine.talker.sampling import BatchSampling, RequestNoise, push_history, sample_codes
 from realtime_engine.talker.termination import BatchTermination, eoc_bounds
-from realtime_engine.talker.types import NUM_CODEBOOKS, TalkerError, TalkerRequest
+from realtime_engine.talker.types import NUM_CODEBOOKS, PcmChunk, TalkerError, TalkerRequest
+
+if TYPE_CHECKING:
+    from realtime_engine.codec.decoder import CodecDecoder
+    from realtime_engine.engines.base import ChunkingParams
+    from realtime_engine.talker.reference_audio import ReferenceAudio
 
 # Codes remembered per codebook for repetition-aware sampling; the widest
 # RAS window a request may ask for.
 HISTORY_WIDTH = 32
-
-
-class TalkerModel(Protocol):
-    """What the runner needs from :class:`realtime_engine.model.talker.HiggsTalker`."""
-
-    @property
-    def device(self) -> torch.device: ...
-
-    def new_cache(self, initial_capacity: int = 256) -> Any: ...
-
-    def embed_prompt(
-        self, token_ids: torch.Tensor, ref_rows: torch.Tensor | None = None
-    ) -> torch.Tensor: ...
-
-    def embed_audio_rows(self, rows: torch.Tensor) -> torch.Tensor: ...
-
-    def forward_embeds(self, embeds: torch.Tensor, caches: Any) -> torch.Tensor: ...
-
-    def audio_logits(self, hidden: torch.Tensor) -> torch.Tensor: ...
-
-
-@dataclass(frozen=True)
-class RunnerStats:
-    steps: int
-    rows: int
-    prefills: int
-    last_step_s: float
-    mean_step_s: float
-    last_batch_size: int
-    active: int
-    waiting: int
-
-
-class _End:
-    """Marks the end of a request's rows."""
-
-
-_END = _End()
-
-
-class _Stream:
-    """A request as the worker sees it; the consumer side lives on ``loop``."""
-
-    def __init__(self, request: TalkerRequest, loop: asyncio.AbstractEventLoop, cap: int) -> None:
-        self.request = request
-        self.loop = loop
-        # Bounded by ``cap``: the worker skips a stream with ``cap`` undelivered rows.
-        self.queue: asyncio.Queue[np.ndarray | _End | BaseException] = asyncio.Queue()
-        self.cap = cap
-        self.undelivered = 0  # rows posted but not yet taken; guarded by the runner lock
-        self.slot = -1
-        self.cache: Any = None
-        self.hidden: torch.Tensor | None = None
-        self.noise: RequestNoise | None = None
-        self.emitted = 0
-        self.closed = False
-        self.released = asyncio.Event()  # set on the consumer's loop once the slot is free
-
-    def post(self, item: np.ndarray | _End | BaseException) -> bool:
-        """Hand ``item`` to the consumer's loop; False when that loop is gone."""
-        try:
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
-        except RuntimeError:
-            return False
-        return True
 
 
 class ReferenceRunner:
@@ -110,6 +62,8 @@ class ReferenceRunner:
         max_batch: int = 32,
         queue_rows: int = 64,
         max_positions: int | None = None,
+        codec: CodecDecoder | None = None,
+        codec_batch: int = 64,
     ) -> None:
         self.model = model
         self.device = torch.device(device) if device is not None else model.device
@@ -117,15 +71,21 @@ class ReferenceRunner:
         self.queue_rows = queue_rows
         self.max_positions = max_positions
         self._lock = threading.Condition()
-        self._waiting: list[_Stream] = []
-        self._active: dict[str, _Stream] = {}
+        self._waiting: list[RunnerStream] = []
+        self._active: dict[str, RunnerStream] = {}
         self._abort_requested: set[str] = set()
         self._free_slots = list(range(max_batch - 1, -1, -1))
         self._termination = BatchTermination(max_batch, NUM_CODEBOOKS, self.device)
         self._history = torch.full(
             (max_batch, NUM_CODEBOOKS, HISTORY_WIDTH), -1, dtype=torch.int64, device=self.device
         )
+        self._audio: ReferenceAudio | None = None
+        if codec is not None:
+            from realtime_engine.talker.reference_audio import ReferenceAudio
+
+            self._audio = ReferenceAudio(codec, max_batch, self.device, max_batch=codec_batch)
         self._closing = False
+        self._death: str | None = None  # why the worker thread died, once it has
         self._steps = 0
         self._rows = 0
         self._prefills = 0
@@ -137,6 +97,15 @@ class ReferenceRunner:
 
     # ------------------------------------------------------------ asyncio side
     def submit(self, request: TalkerRequest) -> AsyncIterator[np.ndarray]:
+        return self._iterate(self._start(request, None))  # type: ignore[return-value]
+
+    def speak(self, request: TalkerRequest, chunking: ChunkingParams) -> AsyncIterator[PcmChunk]:
+        if self._audio is None:
+            raise TalkerError("this runner has no codec to decode audio with")
+        self._audio.check(chunking)
+        return self._iterate(self._start(request, chunking))  # type: ignore[return-value]
+
+    def _start(self, request: TalkerRequest, chunking: ChunkingParams | None) -> RunnerStream:
         loop = asyncio.get_running_loop()
         sampling = request.sampling
         if sampling.ras_window > HISTORY_WIDTH:
@@ -144,42 +113,45 @@ class ReferenceRunner:
         cap = request.max_new_tokens
         if request.fixed_rows is not None:
             cap = request.fixed_rows
-        stream = _Stream(request, loop, max(cap, 0))
+        stream = RunnerStream(request, loop, max(cap, 0), chunking)
         with self._lock:
             if self._closing:
                 raise TalkerError("the talker runner is closed")
+            if (dead := self.failure()) is not None:
+                raise TalkerError(dead)
             known = {s.request.request_id for s in self._waiting} | set(self._active)
             if request.request_id in known:
                 raise TalkerError(f"request id {request.request_id!r} is already running")
             self._waiting.append(stream)
             self._lock.notify_all()
-        return self._iterate(stream)
+        return stream
 
-    async def _iterate(self, stream: _Stream) -> AsyncIterator[np.ndarray]:
+    async def _iterate(self, stream: RunnerStream) -> AsyncIterator[np.ndarray | PcmChunk]:
         try:
             while True:
                 item = await stream.queue.get()
-                if isinstance(item, _End):
+                if isinstance(item, End):
                     return
                 if isinstance(item, BaseException):
                     raise item
                 with self._lock:
-                    stream.undelivered -= 1
-                    if stream.undelivered == self.queue_rows - 1:
+                    before = stream.undelivered
+                    stream.undelivered -= queue_weight(item)
+                    if before >= self.queue_rows > stream.undelivered:
                         self._lock.notify_all()  # it may step again
                 yield item
         finally:
             if not stream.closed:
                 self._request_abort(stream.request.request_id)
 
-    def _find(self, request_id: str) -> _Stream | None:
+    def _find(self, request_id: str) -> RunnerStream | None:
         """Under the lock: the live stream of ``request_id``."""
         stream = self._active.get(request_id)
         if stream is None:
             stream = next((s for s in self._waiting if s.request.request_id == request_id), None)
         return stream
 
-    def _request_abort(self, request_id: str) -> _Stream | None:
+    def _request_abort(self, request_id: str) -> RunnerStream | None:
         with self._lock:
             stream = self._find(request_id)
             if stream is not None:
@@ -220,14 +192,30 @@ class ReferenceRunner:
 
     # ------------------------------------------------------------ worker side
     def _run(self) -> None:
-        with torch.inference_mode():
-            while True:
-                try:
-                    if not self._iteration():
-                        break
-                except Exception as e:
-                    self._fail_all(TalkerError(f"talker step failed: {e}"), e)
-            self._fail_all(TalkerError("the talker runner is closed"), None)
+        try:
+            with torch.inference_mode():
+                while True:
+                    try:
+                        if not self._iteration():
+                            break
+                    except Exception as e:
+                        self._fail_all(TalkerError(f"talker step failed: {e}"), e)
+                self._fail_all(TalkerError("the talker runner is closed"), None)
+        except BaseException as e:
+            # The thread itself is ending (not one step failing): nobody will
+            # serve these streams again, so end them now and say why.
+            # The thread ends here either way; the cause is reported through
+            # ``failure()`` (the gateway logs it once) rather than re-raised.
+            self._death = f"the talker thread died: {type(e).__name__} {e}".strip()
+            self._fail_all(TalkerError(self._death), e)
+
+    def failure(self) -> str | None:
+        """Why the worker thread is gone while the runner is not closing, else None."""
+        if self._death is not None:
+            return self._death
+        if not self._thread.is_alive() and not self._closing:
+            return "the talker thread exited"
+        return None
 
     def _iteration(self) -> bool:
         """Admit, then step once; False once the runner is closing."""
@@ -253,11 +241,11 @@ class ReferenceRunner:
         self._abort_requested = set()
         for stream in [s for s in self._waiting if s.request.request_id in ids]:
             self._waiting.remove(stream)
-            self._finish(stream, _END)
+            self._finish(stream, END)
         for request_id in ids & set(self._active):
-            self._release(self._active[request_id], _END)
+            self._release(self._active[request_id], END)
 
-    def _take_admissions(self) -> list[_Stream]:
+    def _take_admissions(self) -> list[RunnerStream]:
         """Under the lock: move waiting requests into free slots."""
         admit = []
         while self._waiting and self._free_slots:
@@ -267,7 +255,7 @@ class ReferenceRunner:
             admit.append(stream)
         return admit
 
-    def _prefill(self, stream: _Stream) -> None:
+    def _prefill(self, stream: RunnerStream) -> None:
         request = stream.request
         try:
             prompt = request.prompt
@@ -289,6 +277,13 @@ class ReferenceRunner:
             slot = torch.tensor([stream.slot], device=self.device)
             self._termination.reset(slot, torch.tensor([lo]), torch.tensor([at]))
             self._history.index_fill_(0, slot, -1)
+            if stream.chunking is not None and self._audio is not None:
+                self._audio.open(
+                    request.request_id,
+                    stream.slot,
+                    stream.chunking,
+                    return_rows=request.return_rows,
+                )
         except Exception as e:
             error = e if isinstance(e, TalkerError) else TalkerError(f"prefill failed: {e}")
             error.__cause__ = None if error is e else e
@@ -300,7 +295,7 @@ class ReferenceRunner:
         with self._lock:
             self._prefills += 1
             if stream.cap == 0:
-                self._release(stream, _END)
+                self._release(stream, END)
 
     def _step(self) -> None:
         with self._lock:
@@ -321,21 +316,44 @@ class ReferenceRunner:
         sampled = sample_codes(logits, self._termination.allowed(slots), params, noise, history)
         rows, done = self._termination.advance(slots, sampled.codes)
         self._history.index_copy_(0, slots, push_history(history, rows))
+        if self._audio is not None:
+            speaking = [i for i, s in enumerate(batch) if s.chunking is not None]
+            self._audio.write(
+                [batch[i].slot for i in speaking],
+                [batch[i].emitted for i in speaking],
+                rows[speaking] if len(speaking) < len(batch) else rows,
+            )
         rows_np = rows.cpu().numpy()
         done_np = done.cpu().numpy()
 
         going: list[int] = []
+        ending: list[RunnerStream] = []
+        now = time.perf_counter()
         with self._lock:
             for i, stream in enumerate(batch):
                 stream.emitted += 1
+                finished = bool(done_np[i]) or stream.emitted >= stream.cap
+                if stream.chunking is not None and self._audio is not None:
+                    self._audio.row(stream.request, stream.emitted, finished, now)
+                    if finished:
+                        ending.append(stream)
+                    else:
+                        going.append(i)
+                    continue
                 stream.undelivered += 1
                 delivered = stream.post(rows_np[i].copy())
                 if not delivered:
                     self._release(stream, None)
-                elif bool(done_np[i]) or stream.emitted >= stream.cap:
-                    self._release(stream, _END)
+                elif finished:
+                    self._release(stream, END)
                 else:
                     going.append(i)
+        self._post_audio()
+        with self._lock:
+            for stream in ending:
+                if not stream.closed:
+                    self._release(stream, END)
+            going = [i for i in going if not batch[i].closed]  # a codec failure ends some
         if going:
             idx = torch.tensor(going, device=rows.device)
             embeds = self.model.embed_audio_rows(rows.index_select(0, idx))
@@ -351,16 +369,38 @@ class ReferenceRunner:
             self._step_time_total += elapsed
             self._last_batch = len(batch)
 
-    def _release(self, stream: _Stream, final: _End | BaseException | None) -> None:
+    def _post_audio(self) -> None:
+        """Decode the chunks now due and hand them to their consumers."""
+        if self._audio is None:
+            return
+        chunks, failed = self._audio.decode_due()
+        with self._lock:
+            for key, chunk in chunks:
+                stream = self._active.get(key)
+                if stream is None or stream.closed:
+                    continue
+                stream.undelivered += queue_weight(chunk)
+                if not stream.post(chunk):
+                    self._release(stream, None)
+            for key, error in failed:
+                stream = self._active.get(key)
+                if stream is not None:
+                    failure = TalkerError(f"codec decode failed: {error}")
+                    failure.__cause__ = error
+                    self._release(stream, failure)
+
+    def _release(self, stream: RunnerStream, final: End | BaseException | None) -> None:
         """Under the lock: free the slot and end the consumer's stream."""
         if self._active.get(stream.request.request_id) is stream:
             del self._active[stream.request.request_id]
             self._free_slots.append(stream.slot)
+            if stream.chunking is not None and self._audio is not None:
+                self._audio.close(stream.request.request_id)
         stream.cache = None
         stream.hidden = None
         self._finish(stream, final)
 
-    def _finish(self, stream: _Stream, final: _End | BaseException | None) -> None:
+    def _finish(self, stream: RunnerStream, final: End | BaseException | None) -> None:
         stream.closed = True
         if final is not None:
             stream.post(final)

@@ -1,17 +1,22 @@
 """Types shared by every talker runner (reference PyTorch, vLLM plugin).
 
-A runner turns a prompt into a stream of delay-patterned code rows, one row of
-``NUM_CODEBOOKS`` codes per decode step, and knows nothing about audio formats
-or WebSockets.
+A runner turns a prompt into PCM chunks decoded beside the talker
+(:meth:`TalkerRunner.speak`: the code rows stay where they are sampled), or,
+for tools and tests, into the delay-patterned code rows themselves, one row of
+``NUM_CODEBOOKS`` codes per decode step (:meth:`TalkerRunner.submit`). It
+knows nothing about audio formats or WebSockets.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from realtime_engine.engines.base import ChunkingParams
 
 NUM_CODEBOOKS = 8
 CODEBOOK_VOCAB = 1026  # 1024 codes + BOC + EOC
@@ -48,6 +53,28 @@ class TalkerTimings:
     """Stamps a runner fills for one request when it can (``time.perf_counter`` s)."""
 
     prefilled: float | None = None  # the prompt is processed; decoding starts next
+    first_row: float | None = None  # the first code row exists
+    first_frame_row: float | None = None  # the row that completes frame 0 exists
+
+
+# Most rows a request gets back with ``return_rows`` (its first rows; 40 s of audio).
+MAX_RETURNED_ROWS = 1024
+
+
+@dataclass(frozen=True)
+class PcmChunk:
+    """Audio of consecutive codec frames, decoded where the talker runs.
+
+    ``start_frame``: the codec frame (960 samples at 24 kHz) the chunk starts
+    at; ``final``: the last chunk of the request (it may be empty).
+    """
+
+    start_frame: int
+    pcm: np.ndarray  # float32 mono
+    final: bool = False
+    # On the final chunk of a request that asked for them (``return_rows``): the
+    # request's delay-patterned code rows ``[n, 8]`` (a context's voice anchor).
+    rows: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -61,6 +88,8 @@ class TalkerRequest:
     fixed_rows: int | None = None
     # Written by the runner (its own thread) before the request's first row is posted.
     timings: TalkerTimings | None = field(default=None, compare=False, repr=False)
+    # ``speak``: send the request's code rows back with its final chunk.
+    return_rows: bool = False
 
 
 class TalkerError(RuntimeError):
@@ -72,6 +101,12 @@ class TalkerRunner(Protocol):
 
     def submit(self, request: TalkerRequest) -> AsyncIterator[np.ndarray]:
         """Start ``request``; iterate its code rows (int64 arrays of shape [8])."""
+        ...
+
+    def speak(self, request: TalkerRequest, chunking: ChunkingParams) -> AsyncIterator[PcmChunk]:
+        """Start ``request``; iterate its audio, chunked by ``chunking``, ending
+        with a ``final`` chunk. Stage stamps go to ``request.timings`` before
+        the first chunk is yielded."""
         ...
 
     async def abort(self, request_id: str) -> None:

@@ -11,18 +11,24 @@ forward arguments, so the buffers are the only way in. Forward uses
 ``compute_logits`` returns the audio logits ``hidden @ W_aud.T`` flattened to
 ``[n, num_codebooks * codebook_vocab]``; the text head is never evaluated:
 the talker's only text output is the forced ``<|audio|>`` token.
+
+The bundled codec is loaded here too (strictly, float32, on the model's
+device) and kept outside the module tree, so vLLM's dtype and compilation
+handling never touch it: the model state decodes audio with it beside the
+talker. Its precision and batch come from ``additional_config["higgs_codec"]``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 from vllm.config import VllmConfig
 from vllm.model_executor.models.qwen3 import Qwen3Model
 
+from realtime_engine.codec.layout import CODEC_PREFIX
 from realtime_engine.model.audio_head import audio_logits, fused_audio_embedding
 from realtime_engine.model.checkpoint import (
     AUDIO_EMBEDDING_KEY,
@@ -34,6 +40,10 @@ from realtime_engine.model.checkpoint import (
     is_codec_key,
 )
 from realtime_engine.model.config import HiggsTalkerConfig
+from realtime_engine.talker.vllm_protocol import CODEC_CONFIG_KEY
+
+if TYPE_CHECKING:
+    from realtime_engine.codec.decoder import CodecDecoder
 
 
 class ModelRunnerV2Required(RuntimeError):
@@ -51,6 +61,11 @@ class HiggsMultimodalQwen3ForConditionalGeneration(nn.Module):
                 "the Higgs talker needs vLLM's Model Runner V2: set VLLM_USE_V2_MODEL_RUNNER=1 "
                 "(and make Triton available)"
             )
+        extra = vllm_config.additional_config
+        self.codec_options: dict[str, Any] = dict(
+            (extra.get(CODEC_CONFIG_KEY) if isinstance(extra, dict) else None) or {}
+        )
+        self.codec: CodecDecoder | None = None
         hf_config = vllm_config.model_config.hf_config
         self.talker_config: HiggsTalkerConfig = hf_config.talker_config()
         cfg = self.talker_config
@@ -112,12 +127,16 @@ class HiggsMultimodalQwen3ForConditionalGeneration(nn.Module):
         """Load the checkpoint's own key names, strictly (unknown or missing keys raise)."""
         checker = TalkerKeyChecker(self.talker_config)
         loaded: set[str] = set()
+        codec_state: dict[str, torch.Tensor] = {}
 
         def backbone() -> Iterator[tuple[str, torch.Tensor]]:
             for name, tensor in weights:
                 checker.see(name, tuple(tensor.shape))
-                if is_codec_key(name) or name == TEXT_HEAD_KEY:
-                    continue  # the codec runs elsewhere; text logits are never needed
+                if is_codec_key(name):
+                    codec_state[name[len(CODEC_PREFIX) :]] = tensor
+                    continue
+                if name == TEXT_HEAD_KEY:
+                    continue  # text logits are never needed
                 if name == AUDIO_EMBEDDING_KEY:
                     self.audio_embedding.data.copy_(tensor)
                     loaded.add("audio_embedding")
@@ -132,4 +151,20 @@ class HiggsMultimodalQwen3ForConditionalGeneration(nn.Module):
 
         loaded |= {f"model.{name}" for name in self.model.load_weights(backbone())}
         checker.finish()
+        if codec_state:
+            self._load_codec(codec_state)
         return loaded
+
+    def _load_codec(self, state: dict[str, torch.Tensor]) -> None:
+        from realtime_engine.codec.decoder import load_codec_decoder
+
+        # vLLM loads weights under its own default dtype (bf16, say): the codec is float32.
+        default = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float32)
+        try:
+            codec = load_codec_decoder(state, device=self.audio_embedding.device)
+        finally:
+            torch.set_default_dtype(default)
+        codec.set_precision(str(self.codec_options.get("precision", "fp32")))
+        # Not a submodule: vLLM must not cast, shard or compile the codec.
+        object.__setattr__(self, "codec", codec)

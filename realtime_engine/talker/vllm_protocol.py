@@ -1,14 +1,21 @@
 """What crosses between the serving process and the engine workers (no I/O here).
 
 Requests carry their talker settings in ``SamplingParams.extra_args`` (msgpack:
-only plain ints, floats, strings, lists and dicts). Workers send code rows
-back as one message per decode step and destination: a JSON header naming
-each row's request (correlation id), row index and whether it is the last,
-plus the rows as little-endian int16 ``[k, 8]``.
+only plain ints, floats, strings, lists and dicts). A request with chunking
+settings gets audio: the worker decodes it beside the talker and sends PCM
+chunks, one message per decode batch and destination: a JSON header naming
+each chunk's request (correlation id), first frame, sample count, whether it
+is the last, and (first chunk only) the worker's stage stamps, plus the
+samples as little-endian float32. A request without chunking gets its code
+rows instead (tools, tests): a JSON header naming each row's request, row
+index and whether it is the last, plus the rows as little-endian int16
+``[k, 8]``.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -16,12 +23,26 @@ from typing import Any
 
 import numpy as np
 
-from realtime_engine.talker.types import CODEBOOK_VOCAB, NUM_CODEBOOKS
+from realtime_engine.codec.errors import InvalidChunkingError
+from realtime_engine.codec.presets import validate_chunking
+from realtime_engine.engines.base import ChunkingParams
+from realtime_engine.model.config import AUDIO_PLACEHOLDER_ID
+from realtime_engine.model.tokenizer import SpecialIds
+from realtime_engine.talker.types import (
+    CODEBOOK_VOCAB,
+    NUM_CODEBOOKS,
+    PcmChunk,
+    TalkerError,
+    TalkerRequest,
+)
 
 EXTRA_ARGS_KEY = "higgs_talker"
+# vLLM ``additional_config`` entry with the engine core's codec settings.
+CODEC_CONFIG_KEY = "higgs_codec"
 # Longest repetition-aware-sampling window the device buffers hold.
 MAX_RAS_WINDOW = 32
 _ROW_DTYPE = np.dtype("<i2")
+_PCM_DTYPE = np.dtype("<f4")
 
 
 class TalkerArgsError(ValueError):
@@ -52,6 +73,10 @@ class TalkerArgs:
     # prompt positions ref_offset .. ref_offset + len(ref_rows) - 1.
     ref_offset: int = 0
     ref_rows: tuple[tuple[int, ...], ...] = ()
+    # Audio instead of rows: ChunkingParams fields in order (chunk_growth may be None).
+    chunking: tuple[int, int, int, int, float | None] | None = None
+    # Audio requests: send the request's rows back with its final chunk.
+    return_rows: bool = False
 
     def __post_init__(self) -> None:
         if not self.correlation_id or not self.endpoint:
@@ -73,10 +98,31 @@ class TalkerArgs:
                 raise TalkerArgsError(
                     f"reference rows need {NUM_CODEBOOKS} codes in [0, {CODEBOOK_VOCAB})"
                 )
+        if self.chunking is not None:
+            try:
+                validate_chunking(self.chunking_params())
+            except (InvalidChunkingError, TypeError) as e:
+                raise TalkerArgsError(f"bad chunking: {e}") from e
+
+    @staticmethod
+    def chunking_fields(params: ChunkingParams) -> tuple[int, int, int, int, float | None]:
+        return (
+            params.first_chunk_frames,
+            params.chunk_frames,
+            params.left_context_frames,
+            params.right_holdback_frames,
+            params.chunk_growth,
+        )
+
+    def chunking_params(self) -> ChunkingParams:
+        if self.chunking is None:
+            raise TalkerArgsError("this request asks for rows, not audio")
+        return ChunkingParams(*self.chunking)
 
     def to_extra_args(self) -> dict[str, Any]:
         raw = asdict(self)
         raw["ref_rows"] = [list(r) for r in self.ref_rows]
+        raw["chunking"] = None if self.chunking is None else list(self.chunking)
         return {EXTRA_ARGS_KEY: raw}
 
     @classmethod
@@ -89,6 +135,8 @@ class TalkerArgs:
             raise TalkerArgsError(f"{EXTRA_ARGS_KEY} must be a mapping")
         fields = dict(raw)
         fields["ref_rows"] = tuple(tuple(int(c) for c in r) for r in fields.get("ref_rows", ()))
+        if fields.get("chunking") is not None:
+            fields["chunking"] = tuple(fields["chunking"])
         try:
             return cls(**fields)
         except TypeError as e:
@@ -114,8 +162,29 @@ class FailureEvent:
     reason: str
 
 
+@dataclass(frozen=True)
+class PcmHeader:
+    correlation_id: str
+    start_frame: int
+    samples: int
+    final: bool
+    # Worker-side time.perf_counter() stamps (first chunk only): "first_row",
+    # "first_frame_row". One host, one monotonic clock for every process.
+    stamps: dict[str, float] | None = None
+    # The request's delay-patterned rows [n, 8] (final chunk, when asked for).
+    rows: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class PcmEvent:
+    correlation_id: str
+    chunk: PcmChunk
+    stamps: dict[str, float] | None = None
+
+
 _ROWS = b"R"
 _FAILURE = b"E"
+_PCM = b"P"
 
 
 def encode_rows(headers: Sequence[RowHeader], rows: np.ndarray) -> list[bytes]:
@@ -126,11 +195,66 @@ def encode_rows(headers: Sequence[RowHeader], rows: np.ndarray) -> list[bytes]:
     return [_ROWS, head, np.ascontiguousarray(rows, dtype=_ROW_DTYPE).tobytes()]
 
 
+def encode_pcm(headers: Sequence[PcmHeader], pcm: Sequence[np.ndarray]) -> list[bytes]:
+    """Chunks for one destination → multipart frames."""
+    if len(pcm) != len(headers) or any(
+        p.size != h.samples for p, h in zip(pcm, headers, strict=True)
+    ):
+        raise RowMessageError("PCM chunks do not match their headers")
+    head = json.dumps(
+        [
+            [h.correlation_id, h.start_frame, h.samples, int(h.final), h.stamps, _rows_text(h.rows)]
+            for h in headers
+        ]
+    ).encode()
+    body = b"".join(np.ascontiguousarray(p, dtype=_PCM_DTYPE).tobytes() for p in pcm)
+    return [_PCM, head, body]
+
+
+def _rows_text(rows: np.ndarray | None) -> str | None:
+    """Rows for a JSON header: int16 bytes in base64 (once per request, a few KB)."""
+    if rows is None:
+        return None
+    if rows.ndim != 2 or rows.shape[1] != NUM_CODEBOOKS:
+        raise RowMessageError(f"rows must be [n, {NUM_CODEBOOKS}], got {rows.shape}")
+    return base64.b64encode(np.ascontiguousarray(rows, dtype=_ROW_DTYPE).tobytes()).decode()
+
+
+def _rows_from_text(text: object) -> np.ndarray | None:
+    if text is None:
+        return None
+    raw = base64.b64decode(str(text), validate=True)
+    codes = np.frombuffer(raw, dtype=_ROW_DTYPE)
+    if codes.size % NUM_CODEBOOKS:
+        raise RowMessageError("returned rows are not whole rows")
+    return codes.reshape(-1, NUM_CODEBOOKS).astype(np.int64)
+
+
+def _decode_pcm(head: Any, body_raw: bytes) -> list[PcmEvent]:
+    headers = [
+        PcmHeader(str(c), int(f), int(n), bool(last), s, _rows_from_text(r))
+        for c, f, n, last, s, r in head
+    ]
+    if any(h.samples < 0 or h.start_frame < 0 for h in headers):
+        raise RowMessageError("negative frame or sample count")
+    body = np.frombuffer(body_raw, dtype=_PCM_DTYPE)
+    if body.size != sum(h.samples for h in headers):
+        raise RowMessageError(f"PCM body holds {body.size} samples, headers name another count")
+    events, at = [], 0
+    for h in headers:
+        pcm = body[at : at + h.samples].astype(np.float32)
+        at += h.samples
+        stamps = None if h.stamps is None else {str(k): float(v) for k, v in h.stamps.items()}
+        chunk = PcmChunk(h.start_frame, pcm, h.final, h.rows)
+        events.append(PcmEvent(h.correlation_id, chunk, stamps))
+    return events
+
+
 def encode_failure(correlation_id: str, reason: str) -> list[bytes]:
     return [_FAILURE, json.dumps([correlation_id, reason]).encode(), b""]
 
 
-def decode_message(frames: Sequence[bytes]) -> list[RowEvent | FailureEvent]:
+def decode_message(frames: Sequence[bytes]) -> list[RowEvent | FailureEvent | PcmEvent]:
     if len(frames) != 3:
         raise RowMessageError(f"expected 3 frames, got {len(frames)}")
     kind, head_raw, body_raw = frames
@@ -138,13 +262,45 @@ def decode_message(frames: Sequence[bytes]) -> list[RowEvent | FailureEvent]:
         head = json.loads(head_raw)
         if kind == _FAILURE:
             return [FailureEvent(str(head[0]), str(head[1]))]
+        if kind == _PCM:
+            return list(_decode_pcm(head, body_raw))
         if kind != _ROWS:
             raise RowMessageError(f"unknown message kind {kind!r}")
         headers = [RowHeader(str(c), int(i), bool(last)) for c, i, last in head]
-    except (ValueError, TypeError, IndexError) as e:
+    except (ValueError, TypeError, IndexError, AttributeError, binascii.Error) as e:
+        if isinstance(e, RowMessageError):
+            raise
         raise RowMessageError(f"bad message header: {e}") from e
     body = np.frombuffer(body_raw, dtype=_ROW_DTYPE)
     if body.size != len(headers) * NUM_CODEBOOKS:
         raise RowMessageError(f"row body holds {body.size} codes for {len(headers)} rows")
     rows = body.reshape(len(headers), NUM_CODEBOOKS).astype(np.int64)
     return [RowEvent(h, r) for h, r in zip(headers, rows, strict=True)]
+
+
+def engine_prompt(
+    request: TalkerRequest, specials: SpecialIds
+) -> tuple[list[int], int, tuple[tuple[int, ...], ...]]:
+    """Token ids for vLLM, plus where the voice-clone rows go.
+
+    Placeholders (-100) must form one run with one reference row each; they
+    become ``<|audio|>`` ids for vLLM (whose inputs must be vocabulary ids),
+    and the model embeds those positions from the rows instead.
+    """
+    ids = list(request.prompt.token_ids)
+    holes = [i for i, t in enumerate(ids) if t == AUDIO_PLACEHOLDER_ID]
+    ref = request.prompt.ref_rows
+    n_ref = 0 if ref is None else int(ref.shape[0])
+    if len(holes) != n_ref:
+        raise TalkerError(f"prompt has {len(holes)} audio placeholders but {n_ref} reference rows")
+    if not holes:
+        return ids, 0, ()
+    assert ref is not None
+    if holes[-1] - holes[0] + 1 != len(holes):
+        raise TalkerError("audio placeholders must be contiguous")
+    if ref.ndim != 2 or ref.shape[1] != NUM_CODEBOOKS:
+        raise TalkerError(f"reference rows must be [n, {NUM_CODEBOOKS}], got {ref.shape}")
+    for i in holes:
+        ids[i] = specials.audio
+    rows = tuple(tuple(int(c) for c in r) for r in np.asarray(ref))
+    return ids, holes[0], rows

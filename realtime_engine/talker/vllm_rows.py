@@ -21,10 +21,13 @@ import zmq
 
 from realtime_engine.talker.vllm_protocol import (
     FailureEvent,
+    PcmEvent,
+    PcmHeader,
     RowEvent,
     RowHeader,
     decode_message,
     encode_failure,
+    encode_pcm,
     encode_rows,
 )
 
@@ -60,6 +63,11 @@ class RowPusher:
     def push(self, endpoint: str, headers: Sequence[RowHeader], rows: np.ndarray) -> None:
         self._send(endpoint, encode_rows(headers, rows))
 
+    def push_pcm(
+        self, endpoint: str, headers: Sequence[PcmHeader], chunks: Sequence[np.ndarray]
+    ) -> None:
+        self._send(endpoint, encode_pcm(headers, chunks))
+
     def push_failure(self, endpoint: str, correlation_id: str, reason: str) -> None:
         self._send(endpoint, encode_failure(correlation_id, reason))
 
@@ -88,7 +96,9 @@ class RowReceiver:
     """
 
     def __init__(
-        self, deliver: Callable[[RowEvent | FailureEvent], None], endpoint: str | None = None
+        self,
+        deliver: Callable[[RowEvent | FailureEvent | PcmEvent], None],
+        endpoint: str | None = None,
     ) -> None:
         self.endpoint = endpoint or new_ipc_endpoint()
         self._deliver = deliver

@@ -1,12 +1,17 @@
-"""``VllmTalkerRunner``: the talker on vLLM (``AsyncLLM``), streaming code rows per step.
+"""``VllmTalkerRunner``: the talker on vLLM (``AsyncLLM``), streaming audio or code rows.
 
-vLLM's own output per request is just the forced ``<|audio|>`` token; the
-code rows travel separately, pushed by the engine worker after every step
-(see :mod:`realtime_engine.talker.vllm_state`) to a socket this runner
+vLLM's own output per request is just the forced ``<|audio|>`` token. The
+audio is decoded inside the engine core, beside the talker, and its PCM
+chunks (:meth:`VllmTalkerRunner.speak`) travel separately, pushed by the
+worker (see :mod:`realtime_engine.talker.vllm_audio`) to a socket this runner
 binds, keyed by a correlation id carried in ``SamplingParams.extra_args``.
-A request's rows end at the row the worker marks last; if vLLM finishes the
-request otherwise (abort, length), only as many rows as tokens vLLM counted
-are delivered, which also drops the extra step an async scheduler may run.
+Nothing here touches a code row or a GPU.
+
+For tools and tests, :meth:`VllmTalkerRunner.submit` streams the code rows
+instead. A request's rows end at the row the worker marks last; if vLLM
+finishes the request otherwise (abort, length), only as many rows as tokens
+vLLM counted are delivered, which also drops the extra step an async
+scheduler may run.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import secrets
 import time
 from collections.abc import AsyncIterator
@@ -23,16 +29,25 @@ from typing import Any, cast
 
 import numpy as np
 
-from realtime_engine.model.config import AUDIO_PLACEHOLDER_ID
+from realtime_engine.codec.streaming import HOP
+from realtime_engine.engines.base import ChunkingParams
 from realtime_engine.model.tokenizer import HiggsTokenizer, SpecialIds
 from realtime_engine.talker.termination import eoc_bounds
-from realtime_engine.talker.types import NUM_CODEBOOKS, TalkerError, TalkerRequest
+from realtime_engine.talker.types import NUM_CODEBOOKS, PcmChunk, TalkerError, TalkerRequest
+from realtime_engine.talker.vllm_engine_config import (
+    ENGINE_ENV,
+    cuda_present,
+    default_compilation_config,
+)
 from realtime_engine.talker.vllm_protocol import (
+    CODEC_CONFIG_KEY,
     MAX_RAS_WINDOW,
     FailureEvent,
+    PcmEvent,
     RowEvent,
     TalkerArgs,
     TalkerArgsError,
+    engine_prompt,
 )
 from realtime_engine.talker.vllm_rows import RowReceiver
 
@@ -52,7 +67,7 @@ class _Aborted:
     pass
 
 
-_Item = RowEvent | FailureEvent | _Finished | _Aborted | BaseException
+_Item = RowEvent | PcmEvent | FailureEvent | _Finished | _Aborted | BaseException
 
 
 class _Stream:
@@ -64,34 +79,6 @@ class _Stream:
         self.queue: asyncio.Queue[_Item] = asyncio.Queue()
         self.task: asyncio.Task[None] | None = None
         self.done = False
-
-
-def engine_prompt(
-    request: TalkerRequest, specials: SpecialIds
-) -> tuple[list[int], int, tuple[tuple[int, ...], ...]]:
-    """Token ids for vLLM, plus where the voice-clone rows go.
-
-    Placeholders (-100) must form one run with one reference row each; they
-    become ``<|audio|>`` ids for vLLM (whose inputs must be vocabulary ids),
-    and the model embeds those positions from the rows instead.
-    """
-    ids = list(request.prompt.token_ids)
-    holes = [i for i, t in enumerate(ids) if t == AUDIO_PLACEHOLDER_ID]
-    ref = request.prompt.ref_rows
-    n_ref = 0 if ref is None else int(ref.shape[0])
-    if len(holes) != n_ref:
-        raise TalkerError(f"prompt has {len(holes)} audio placeholders but {n_ref} reference rows")
-    if not holes:
-        return ids, 0, ()
-    assert ref is not None
-    if holes[-1] - holes[0] + 1 != len(holes):
-        raise TalkerError("audio placeholders must be contiguous")
-    if ref.ndim != 2 or ref.shape[1] != NUM_CODEBOOKS:
-        raise TalkerError(f"reference rows must be [n, {NUM_CODEBOOKS}], got {ref.shape}")
-    for i in holes:
-        ids[i] = specials.audio
-    rows = tuple(tuple(int(c) for c in r) for r in np.asarray(ref))
-    return ids, holes[0], rows
 
 
 class VllmTalkerRunner:
@@ -113,18 +100,35 @@ class VllmTalkerRunner:
         cls,
         model_dir: str | Path,
         *,
-        max_num_seqs: int = 64,
+        max_num_seqs: int = 256,
         max_model_len: int = 4096,
         dtype: str = "auto",
         enforce_eager: bool = False,
         gpu_memory_utilization: float = 0.85,
+        codec_precision: str = "fp32",
+        codec_batch: int = 64,
         **engine_kwargs: Any,
     ) -> VllmTalkerRunner:
-        """Start an engine on ``model_dir`` (a Higgs v3 checkpoint directory)."""
+        """Start an engine on ``model_dir`` (a Higgs v3 checkpoint directory).
+
+        The talker's requirements are set here, not left to the caller's
+        environment: Model Runner V2 (the plugin's hooks live there; the engine
+        process inherits the variable), prefix caching off, and, on CUDA, full
+        CUDA graphs for every batch including prefills (see
+        :func:`default_compilation_config`). The engine core loads the bundled
+        codec too and decodes audio there in ``codec_precision``, up to
+        ``codec_batch`` windows per call.
+        """
+        for name, value in ENGINE_ENV.items():
+            os.environ.setdefault(name, value)
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
         tokenizer = HiggsTokenizer.from_dir(model_dir)
+        if not enforce_eager and cuda_present():
+            engine_kwargs.setdefault("compilation_config", default_compilation_config())
+        additional = dict(engine_kwargs.pop("additional_config", None) or {})
+        additional[CODEC_CONFIG_KEY] = {"precision": codec_precision, "max_batch": codec_batch}
         args = AsyncEngineArgs(
             model=str(model_dir),
             skip_tokenizer_init=True,
@@ -136,19 +140,20 @@ class VllmTalkerRunner:
             # Generated tokens are all <|audio|>: shared prefixes would share KV
             # computed with another request's codes.
             enable_prefix_caching=False,
+            additional_config=additional,
             **engine_kwargs,
         )
         engine = AsyncLLM.from_engine_args(args)
         return cls(engine, tokenizer.specials, max_model_len)
 
     # ------------------------------------------------------------ receiving
-    def _on_event(self, event: RowEvent | FailureEvent) -> None:
+    def _on_event(self, event: RowEvent | FailureEvent | PcmEvent) -> None:
         """Receiver thread → event loop."""
         loop = self._loop
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._dispatch, event)
 
-    def _dispatch(self, event: RowEvent | FailureEvent) -> None:
+    def _dispatch(self, event: RowEvent | FailureEvent | PcmEvent) -> None:
         cid = event.header.correlation_id if isinstance(event, RowEvent) else event.correlation_id
         stream = self._streams.get(cid)
         if stream is not None:  # rows of aborted or finished requests are dropped
@@ -177,6 +182,7 @@ class VllmTalkerRunner:
         correlation_id: str,
         budget: tuple[int | None, int | None],
         ref: tuple[int, tuple[tuple[int, ...], ...]],
+        chunking: ChunkingParams | None,
     ) -> TalkerArgs:
         s = request.sampling
         if s.ras_window > MAX_RAS_WINDOW:
@@ -199,11 +205,19 @@ class VllmTalkerRunner:
                 eoc_at=at,
                 ref_offset=offset,
                 ref_rows=rows,
+                chunking=None if chunking is None else TalkerArgs.chunking_fields(chunking),
+                return_rows=request.return_rows and chunking is not None,
             )
         except TalkerArgsError as e:
             raise TalkerError(str(e)) from e
 
     def submit(self, request: TalkerRequest) -> AsyncIterator[np.ndarray]:
+        return self._rows(self._start(request, None))
+
+    def speak(self, request: TalkerRequest, chunking: ChunkingParams) -> AsyncIterator[PcmChunk]:
+        return self._chunks(self._start(request, chunking))
+
+    def _start(self, request: TalkerRequest, chunking: ChunkingParams | None) -> _Stream:
         if self._engine is None:
             raise TalkerError("the runner is closed")
         from vllm import SamplingParams
@@ -215,7 +229,7 @@ class VllmTalkerRunner:
         ids, offset, rows = engine_prompt(request, self._specials)
         cid = f"{self._nonce}-{next(self._counter)}"
         max_new, fixed = self._row_budget(request, len(ids))
-        args = self._talker_args(request, cid, (max_new, fixed), (offset, rows))
+        args = self._talker_args(request, cid, (max_new, fixed), (offset, rows), chunking)
         limit = fixed if fixed is not None else int(max_new or 0)
         params = SamplingParams(
             # The worker stops the request itself; this is only a backstop.
@@ -232,7 +246,7 @@ class VllmTalkerRunner:
         self._streams[cid] = stream
         self._by_request[request.request_id] = stream
         stream.task = asyncio.create_task(self._drive(stream, ids, params))
-        return self._rows(stream)
+        return stream
 
     async def _drive(self, stream: _Stream, ids: list[int], params: Any) -> None:
         """Run vLLM's side of the request; report how many steps it counted."""
@@ -281,6 +295,44 @@ class VllmTalkerRunner:
                     raise TalkerError(item.reason)
                 elif isinstance(item, _Aborted):
                     return
+                elif isinstance(item, PcmEvent):
+                    raise TalkerError("the worker sent audio for a rows request")
+                else:
+                    raise item
+        finally:
+            await self._release(stream)
+
+    async def _chunks(self, stream: _Stream) -> AsyncIterator[PcmChunk]:
+        frame = 0
+        finished = False
+        try:
+            while True:
+                timeout = ROW_GRACE_S if finished else None
+                try:
+                    item = await asyncio.wait_for(stream.queue.get(), timeout)
+                except TimeoutError as e:
+                    raise TalkerError("the request finished but its last audio never came") from e
+                if isinstance(item, PcmEvent):
+                    chunk = item.chunk
+                    if chunk.start_frame != frame:
+                        raise TalkerError(
+                            f"audio from frame {frame} expected, got {chunk.start_frame} "
+                            "(a chunk was lost)"
+                        )
+                    frame += chunk.pcm.size // HOP
+                    if item.stamps:
+                        _stamp(stream.request, item.stamps)
+                    yield chunk
+                    if chunk.final:
+                        return
+                elif isinstance(item, _Finished):
+                    finished = True  # the last chunk may still be on its way
+                elif isinstance(item, FailureEvent):
+                    raise TalkerError(item.reason)
+                elif isinstance(item, _Aborted):
+                    return
+                elif isinstance(item, RowEvent):
+                    raise TalkerError("the worker sent rows for an audio request")
                 else:
                     raise item
         finally:
@@ -308,6 +360,20 @@ class VllmTalkerRunner:
         await self._engine.abort(request_id)
         stream.queue.put_nowait(_Aborted())
 
+    def failure(self) -> str | None:
+        """Why the vLLM engine is dead (its engine core process exited), else None.
+
+        vLLM watches its engine core processes itself and marks the client
+        errored at once when one exits; in-flight ``generate`` calls then fail.
+        """
+        engine = self._engine
+        if engine is None or not getattr(engine, "errored", False):
+            return None
+        resources = getattr(getattr(engine, "engine_core", None), "resources", None)
+        manager = getattr(resources, "engine_manager", None)
+        failed = getattr(manager, "failed_proc_name", None)
+        return f"the vLLM engine core{f' ({failed})' if failed else ''} died"
+
     async def close(self) -> None:
         if self._engine is None:
             return
@@ -320,44 +386,14 @@ class VllmTalkerRunner:
         self._engine = None
 
 
-def create_talker_runner(model_dir: str | Path, backend: str = "auto", **opts: Any) -> Any:
-    """A talker runner for ``model_dir``: ``"vllm"``, ``"reference"``, or ``"auto"``.
-
-    ``auto`` takes vLLM when it is importable and a CUDA device is present
-    (on CPU the reference runner is the practical choice), else the reference
-    runner. ``opts`` go to the chosen runner's constructor.
-    """
-    if backend not in ("auto", "vllm", "reference"):
-        raise ValueError(f"unknown talker backend {backend!r}")
-    if backend == "auto":
-        backend = "vllm" if vllm_usable() else "reference"
-        if backend == "reference":  # options meant for vLLM do not apply
-            opts = {k: v for k, v in opts.items() if k in _REFERENCE_OPTIONS}
-    if backend == "vllm":
-        return VllmTalkerRunner.from_model_dir(model_dir, **opts)
-    import torch
-
-    from realtime_engine.model.loader import load_talker
-    from realtime_engine.talker.reference_runner import ReferenceRunner
-
-    device = torch.device(
-        opts.pop("device", None) or ("cuda" if torch.cuda.is_available() else "cpu")
-    )
-    dtype = opts.pop("dtype", torch.bfloat16 if device.type == "cuda" else torch.float32)
-    loaded = load_talker(model_dir, device=device, dtype=dtype)
-    opts.setdefault("max_positions", loaded.config.max_position_embeddings)
-    return ReferenceRunner(loaded.model, device, **opts)
-
-
-_REFERENCE_OPTIONS = frozenset({"device", "dtype", "max_batch", "queue_rows", "max_positions"})
-
-
-def vllm_usable() -> bool:
-    """vLLM is importable and a CUDA device is present."""
-    import importlib.util
-
-    if importlib.util.find_spec("vllm") is None:
-        return False
-    import torch
-
-    return bool(torch.cuda.is_available())
+def _stamp(request: TalkerRequest, stamps: dict[str, float]) -> None:
+    """The worker's stage stamps (same host, same monotonic clock) into the request."""
+    timings = request.timings
+    if timings is None:
+        return
+    first_row = stamps.get("first_row")
+    if first_row is not None:
+        # vLLM samples the first row in the prefill step itself.
+        timings.prefilled = timings.prefilled or first_row
+        timings.first_row = timings.first_row or first_row
+    timings.first_frame_row = timings.first_frame_row or stamps.get("first_frame_row")

@@ -17,19 +17,12 @@ the previous step's tokens on another stream when the next replay runs.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 
 import torch
 
 # Runs in vLLM's engine process: a child of vLLM's logger shows up in the engine's log.
 logger = logging.getLogger("vllm.plugins.higgs_talker.sampler_graphs")
-
-# "1" in the engine process's environment turns the graphs on. Off by default: on
-# one H200 run (vLLM 0.26, offline LLM, 256 slots) a step with padded rows was
-# followed by an illegal memory access not yet explained, while the served
-# gateway ran every load level with them without an error.
-GRAPHS_ENV = "SPEECH_GATEWAY_SAMPLER_GRAPHS"
 
 StepFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, ...]]
 
@@ -48,9 +41,19 @@ def bucket_sizes(max_batch: int) -> list[int]:
 
 
 def graphs_wanted(device: torch.device, enforce_eager: bool) -> bool:
-    if device.type != "cuda" or enforce_eager:
-        return False
-    return os.environ.get(GRAPHS_ENV, "0").strip().lower() in ("1", "true", "on", "yes")
+    """Graphs on every CUDA engine; ``enforce_eager`` (vLLM's own switch) turns them off."""
+    return device.type == "cuda" and not enforce_eager
+
+
+class SamplerCaptureError(RuntimeError):
+    """Capturing the code sampler failed: the engine must not start.
+
+    A capture that fails half-way can leave the stream and the graph memory
+    pool in a state that later kernels trip over, so the engine stops at
+    start-up (where capture happens, in vLLM's profiling run) with the cause,
+    instead of serving on in an unknown state. ``enforce_eager`` runs the
+    sampler without graphs.
+    """
 
 
 class PaddedStepGraphs:
@@ -81,7 +84,6 @@ class PaddedStepGraphs:
         self._logits: torch.Tensor | None = None
         self._slots = torch.full((max_batch,), pad_slot, dtype=torch.int64, device=device)
         self._seq_lens = torch.zeros(max_batch, dtype=torch.int64, device=device)
-        self.failure: RuntimeError | None = None
 
     @property
     def sizes(self) -> list[int]:
@@ -96,23 +98,26 @@ class PaddedStepGraphs:
     def __call__(
         self, logits: torch.Tensor, slots: torch.Tensor, seq_lens: torch.Tensor
     ) -> tuple[torch.Tensor, ...] | None:
-        """The step's outputs for the ``b`` real rows, or None when ``b`` is beyond
-        the largest bucket (vLLM's profiling run) or capturing failed: the caller
-        then runs the step eagerly."""
+        """The step's outputs for the ``b`` real rows, or None when ``b`` is empty or
+        beyond the largest bucket: the caller then runs the step eagerly.
+        :class:`SamplerCaptureError` when capturing fails."""
         b = logits.shape[0]
         size = self.bucket(b)
-        if size is None or b == 0 or self.failure is not None:
+        if size is None or b == 0:
             return None
-        if self._logits is None or self._logits.dtype != logits.dtype:
+        if (
+            self._logits is None
+            or tuple(self._logits.shape[1:]) != tuple(logits.shape[1:])
+            or (self._logits.dtype != logits.dtype)
+        ):
             try:
                 self._prepare(logits.shape[1], logits.dtype)
             except RuntimeError as e:
-                # Capture touches only padding rows of the trash slot, so the eager
-                # sampler can take over with nothing to undo; serving beats failing.
-                self.failure = e
                 self._graphs.clear()
-                logger.warning("capturing the code sampler failed, it runs eagerly: %s", e)
-                return None
+                self._logits = None
+                raise SamplerCaptureError(
+                    f"capturing the code sampler as CUDA graphs failed: {e}"
+                ) from e
         assert self._logits is not None
         self._logits[:b].copy_(logits)
         self._slots[:b].copy_(slots)

@@ -12,7 +12,10 @@ Each step:
    the row, and answers vLLM with ``<|audio|>`` (or eos once the request is
    done, which makes vLLM finish it). On CUDA this runs as one captured graph
    per batch-size bucket (:mod:`.vllm_sampler_graphs`).
-3. The rows go to the serving process through :class:`RowPublisher`.
+3. Requests that asked for audio get it decoded here, beside the talker,
+   from the slot table (:mod:`.vllm_audio`): PCM chunks go to the serving
+   process, the rows never leave the device. Requests that asked for rows
+   (tools, tests) get them through :class:`RowPublisher`.
 
 Version notes (vLLM 0.26 vs 0.32): hook names and signatures are the same;
 ``NewRequestData.prompt_len`` exists only in 0.32, so the prompt length is
@@ -37,6 +40,7 @@ try:
 except ImportError:  # releases where MRv2 returned the shared V1 type
     from vllm.v1.outputs import SamplerOutput  # type: ignore[assignment]
 
+from realtime_engine.talker.vllm_audio import VllmAudio
 from realtime_engine.talker.vllm_protocol import TalkerArgs
 from realtime_engine.talker.vllm_publish import RowPublisher
 from realtime_engine.talker.vllm_sampler_graphs import PaddedStepGraphs, graphs_wanted
@@ -67,7 +71,22 @@ class HiggsModelState(DefaultModelState):
         # Host side: which request and destination each slot serves.
         self.slot_of: dict[str, int] = {}
         self.args_of_slot: dict[int, TalkerArgs] = {}
-        self.publisher = RowPublisher(device, enabled=_is_first_rank(vllm_config))
+        first_rank = _is_first_rank(vllm_config)
+        self.publisher = RowPublisher(device, enabled=first_rank)
+        codec = getattr(model, "codec", None)
+        # Only the first tensor-parallel rank decodes and sends audio.
+        self.audio = (
+            VllmAudio(
+                codec,
+                self.slots.codes_by_pos,
+                max_batch=int(cast(Any, model).codec_options.get("max_batch", 64)),
+                keep=2 * self.max_num_reqs,
+            )
+            if codec is not None and first_rank
+            else None
+        )
+        self._sends_audio = first_rank
+        self._codec_warm = False
         self._graphs = (
             PaddedStepGraphs(
                 self.slots.step,
@@ -101,6 +120,11 @@ class HiggsModelState(DefaultModelState):
             self.slots.begin(slot, prompt_len, prefill_len)
             self.slots.stop(slot, self.fallback_eos)
             return
+        if args.chunking is not None and self.audio is None and self._sends_audio:
+            self.slots.begin(slot, prompt_len, prefill_len)
+            self.slots.stop(slot, args.eos_token_id)
+            self.publisher.fail(args, "this checkpoint has no codec to decode audio with")
+            return
         self.args_of_slot[slot] = args
         saved = self._saved.pop(new_req_data.req_id, None)
         if prefill_len > prompt_len:
@@ -113,17 +137,27 @@ class HiggsModelState(DefaultModelState):
                 return
             self.slots.apply_params(slot, args)
             saved.restore(self.slots, slot)
+            audio = self.audio
+            if args.chunking is not None and audio is not None and not audio.resume(args, slot):
+                self.slots.stop(slot, args.eos_token_id)
+                audio.fail(args, "resumed request has no saved audio state")
             return
         self.slots.admit(slot, args, prompt_len, prefill_len)
+        if args.chunking is not None and self.audio is not None:
+            self.audio.open(args, slot, prompt_len)
 
     def remove_request(self, req_id: str) -> None:
         super().remove_request(req_id)
         slot = self.slot_of.pop(req_id, None)  # also called for ids never added
         if slot is None:
             return
-        if self.args_of_slot.pop(slot, None) is not None:
-            # Finished and preempted look alike here: keep the audio history in case
+        args = self.args_of_slot.pop(slot, None)
+        if args is not None:
+            # Finished and preempted look alike here: send what the known rows allow
+            # (all of a finished request's audio), and keep the audio history in case
             # the request comes back (bounded; the oldest entries go first).
+            if args.chunking is not None and self.audio is not None:
+                self.audio.remove(args.correlation_id)
             self._saved[req_id] = SavedSlot.take(self.slots, slot)
             while len(self._saved) > 2 * self.max_num_reqs:
                 self._saved.popitem(last=False)
@@ -132,6 +166,10 @@ class HiggsModelState(DefaultModelState):
     # -- per-step inputs -----------------------------------------------------
 
     def prepare_inputs(self, input_batch: Any, req_states: Any) -> dict[str, Any]:
+        if self.audio is not None:
+            # Rows of the previous step are often on the host by now: start their
+            # chunks before this step's forward pass, so the two overlap.
+            self.audio.poll()
         out = super().prepare_inputs(input_batch, req_states)
         model = cast(Any, self.model)
         n = input_batch.num_tokens
@@ -164,6 +202,10 @@ class HiggsModelState(DefaultModelState):
         the row was a real step, both ``[B]`` (see :meth:`TalkerSlots.step`).
         Everything up to the row copy-out runs on the device; the host only
         routes rows to their destinations."""
+        if self.audio is not None and not self._codec_warm:
+            # The first call is vLLM's start-up profiling run.
+            self._codec_warm = True
+            self.audio.warm_up()
         b = input_batch.num_reqs
         logits = logits[:b]
         slots = input_batch.idx_mapping[:b]
@@ -172,9 +214,15 @@ class HiggsModelState(DefaultModelState):
         if out is None:
             out = self.slots.step(logits, slots.long(), seq_lens.long())
         tokens, real, packed = out
+        args = [self.args_of_slot.get(int(s)) for s in input_batch.idx_mapping_np[:b]]
         self.publisher.publish_packed(
-            packed, [self.args_of_slot.get(int(s)) for s in input_batch.idx_mapping_np[:b]]
+            packed, [a if a is not None and a.chunking is None else None for a in args]
         )
+        if self.audio is not None:
+            self.audio.after_step(
+                packed,
+                [a.correlation_id if a is not None and a.chunking else None for a in args],
+            )
         return tokens, real
 
 

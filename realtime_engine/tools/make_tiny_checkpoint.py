@@ -4,7 +4,10 @@
         [--shards N]
 
 Same seed → byte-identical files. ``--model tiny`` elsewhere generates the
-same checkpoint (seed 0) into the cache on first use.
+same checkpoint (seed 0) into the cache on first use. The bundled codec always
+carries its encoder side too (tiny HuBERT, DAC and semantic encoders), so
+voice cloning works on every variant; ``--with-optional-heads`` only adds the
+talker's optional head tensors.
 """
 
 from __future__ import annotations

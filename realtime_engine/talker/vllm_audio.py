@@ -1,0 +1,322 @@
+"""Audio out of the vLLM engine core: the codec decodes beside the talker.
+
+Rows never leave the device. After each sampling step the worker copies only
+the step's status (per batch row: valid, done, row index; 24 bytes) into
+pinned host memory with a non-blocking copy and an event. At every later
+step, the statuses whose event has completed (``query``, never a wait) tell
+:class:`~realtime_engine.talker.slot_codec.SlotCodec` how many rows each
+request has in the slot table; the chunks that became due are gathered from
+the table on the current stream and decoded batched on a codec stream (on
+CUDA), which overlaps the next forward pass. Each batch of PCM is copied to
+pinned memory, an event is recorded, and a sender thread waits for the event
+and pushes the chunks (the pattern of :mod:`.vllm_publish`). On CPU all of
+this happens inline.
+
+The host learns a step's rows when its event has completed: at the start of
+the next step at best. Nothing here waits for the device.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from realtime_engine.codec.decoder import CodecDecoder
+from realtime_engine.talker.slot_codec import ChunkPlan, CodecBatch, SlotCodec, SlotStream
+from realtime_engine.talker.types import MAX_RETURNED_ROWS, NUM_CODEBOOKS
+from realtime_engine.talker.vllm_protocol import PcmHeader, TalkerArgs
+from realtime_engine.talker.vllm_rows import RowPusher
+
+logger = logging.getLogger(__name__)
+
+_QUEUE_BATCHES = 256
+# Window of the start-up profiling decode: longer than any preset's steady
+# window (context + chunk + holdback: 47 frames for ``exact``).
+PROFILE_WINDOW_FRAMES = 64
+
+
+@dataclass
+class _Status:
+    """One step's status on its way to the host."""
+
+    event: torch.cuda.Event | None
+    host: torch.Tensor  # [B, 3] int64: valid, done, row index
+    keys: list[str | None]  # audio request per batch row
+
+
+@dataclass(frozen=True)
+class _Outgoing:
+    """PCM (or a failure) ready to send once ``event`` completes."""
+
+    event: torch.cuda.Event | None
+    host: torch.Tensor | None  # [n, samples] float32
+    plans: list[ChunkPlan]
+    endpoints: list[str]
+    stamps: list[dict[str, float] | None]
+    failure: tuple[str, str] | None = None  # correlation id, reason
+    # Per plan: the request's rows on the host ([n, 8] int16), for requests that
+    # asked for them on their final chunk (copied behind ``rows_event``).
+    rows: list[torch.Tensor | None] | None = None
+    rows_event: torch.cuda.Event | None = None
+
+
+class VllmAudio:
+    """Per-request audio state of the worker, over the talker's slot table."""
+
+    def __init__(
+        self, codec: CodecDecoder, table: torch.Tensor, *, max_batch: int = 64, keep: int = 128
+    ) -> None:
+        self.codec = SlotCodec(codec, max_batch=max_batch)
+        # Streams of requests vLLM removed unfinished (preempted or aborted).
+        self._detached: OrderedDict[str, SlotStream] = OrderedDict()
+        self._keep = keep
+        self.table = table
+        self.device = table.device
+        self._cuda = self.device.type == "cuda"
+        self._statuses: deque[_Status] = deque()
+        self._args: dict[str, TalkerArgs] = {}
+        self._pusher = RowPusher()
+        self._outgoing: queue.Queue[_Outgoing] = queue.Queue(maxsize=_QUEUE_BATCHES)
+        self._stream = torch.cuda.Stream(self.device) if self._cuda else None
+        if self._cuda:
+            threading.Thread(target=self._drain, name="talker-audio-sender", daemon=True).start()
+
+    def warm_up(self, width: int = PROFILE_WINDOW_FRAMES) -> None:
+        """One decode of the largest batch, on CUDA: called at vLLM's start-up
+        profiling run, so the KV cache is sized with the codec's activations
+        accounted for, and the codec's kernels are loaded before any request."""
+        if not self._cuda:
+            return
+        n = self.codec.max_batch
+        codes = torch.zeros(
+            n, self.codec.num_codebooks, width, dtype=torch.int64, device=self.device
+        )
+        offsets = torch.zeros(n, dtype=torch.int64, device=self.device)
+        self.codec.decode(CodecBatch([], codes, offsets, width * self.codec.hop))
+
+    # -- request lifecycle ------------------------------------------------------
+
+    def open(self, args: TalkerArgs, slot: int, prompt_len: int) -> None:
+        self._args[args.correlation_id] = args
+        self.codec.open(args.correlation_id, slot, prompt_len, args.chunking_params())
+
+    def resume(self, args: TalkerArgs, slot: int) -> bool:
+        """A preempted request is back in ``slot`` (its rows restored there): go on
+        where its audio stopped. False when its state is gone."""
+        stream = self._detached.pop(args.correlation_id, None)
+        if stream is None:
+            return False
+        self._args[args.correlation_id] = args
+        self.codec.attach(stream, slot)
+        return True
+
+    def remove(self, key: str) -> None:
+        """vLLM let go of ``key``: send what its known rows allow, and keep its state
+        in case it comes back (preemption; bounded, oldest dropped first).
+
+        Never waits: a request vLLM saw finish has its last status on the host
+        already (vLLM learnt of the end from a token copied after it), so its
+        final chunk goes out now, before the slot is reused. Statuses still on
+        their way for an aborted or preempted request update the kept state.
+        """
+        self._settle(wait=False)
+        self._decode_due()
+        stream = self.codec.detach(key)
+        self._args.pop(key, None)
+        if stream is not None:
+            self._detached[key] = stream
+            while len(self._detached) > self._keep:
+                self._detached.popitem(last=False)
+
+    def fail(self, args: TalkerArgs, reason: str) -> None:
+        failure = (args.correlation_id, reason)
+        self._send(_Outgoing(None, None, [], [args.endpoint], [None], failure))
+
+    # -- per step -------------------------------------------------------------------
+
+    def after_step(self, packed: torch.Tensor, keys: list[str | None]) -> None:
+        """The sampler wrote this step's rows; ``packed`` ``[B, N + 3]`` (see
+        :meth:`StepRows.packed`), ``keys`` the audio request of each batch row."""
+        if any(k is not None for k in keys):
+            status = packed[:, NUM_CODEBOOKS:].contiguous()
+            if self._cuda:
+                host = torch.empty(status.shape, dtype=status.dtype, pin_memory=True)
+                host.copy_(status, non_blocking=True)
+                event = torch.cuda.Event()
+                event.record()
+                self._statuses.append(_Status(event, host, keys))
+            else:
+                self._statuses.append(_Status(None, status.clone(), keys))
+        self._settle(wait=False)
+        self._decode_due()
+
+    def poll(self) -> None:
+        """Decode what the statuses on the host so far allow (never waits)."""
+        if self._statuses:
+            self._settle(wait=False)
+            self._decode_due()
+
+    def _settle(self, *, wait: bool) -> None:
+        """Apply the statuses that reached the host, oldest first."""
+        while self._statuses:
+            status = self._statuses[0]
+            if status.event is not None:
+                if wait:
+                    status.event.synchronize()
+                elif not status.event.query():
+                    return
+            self._statuses.popleft()
+            now = time.perf_counter()
+            values = status.host.tolist()
+            for key, (valid, done, index) in zip(status.keys, values, strict=True):
+                if key is None or not valid:
+                    continue
+                attached = self.codec.get(key)
+                stream = attached or self._detached.get(key)
+                if stream is None:
+                    continue
+                detached = attached is None
+                if index == 0:
+                    stream.stamps.setdefault("first_row", now)
+                if index == NUM_CODEBOOKS - 1:  # codebook 7 of frame 0 arrives here
+                    stream.stamps.setdefault("first_frame_row", now)
+                if detached:  # a preempted request's last rows: kept for its return
+                    stream.rows = max(stream.rows, index + 1)
+                    stream.final = stream.final or bool(done)
+                else:
+                    self.codec.advance(key, index + 1, bool(done))
+
+    def _decode_due(self) -> None:
+        plans = self.codec.due()
+        if not plans:
+            return
+        try:
+            batches = self.codec.gather(plans, self.table)
+        except Exception as e:
+            self._fail_plans(plans, e)
+            return
+        ready = None
+        if self._stream is not None:
+            ready = torch.cuda.Event()
+            ready.record()
+        for batch in batches:
+            try:
+                self._decode(batch.plans, batch, ready)
+            except Exception as e:
+                self._fail_plans(batch.plans, e)
+        for plan in plans:
+            if plan.emit == 0:  # nothing to decode: only the end of the audio
+                self._queue([plan], None, None)
+
+    def _decode(
+        self, plans: list[ChunkPlan], batch: CodecBatch, ready: torch.cuda.Event | None
+    ) -> None:
+        if self._stream is None:
+            self._queue(plans, None, self.codec.decode(batch))
+            return
+        with torch.cuda.stream(self._stream):
+            assert ready is not None
+            self._stream.wait_event(ready)
+            # Made on the main stream, read here: keep them until this stream is done.
+            batch.codes.record_stream(self._stream)
+            batch.offsets.record_stream(self._stream)
+            pcm = self.codec.decode(batch)
+            host = torch.empty(pcm.shape, dtype=torch.float32, pin_memory=True)
+            host.copy_(pcm, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record(self._stream)
+        self._queue(plans, done, host)
+
+    def _queue(
+        self, plans: list[ChunkPlan], event: torch.cuda.Event | None, pcm: torch.Tensor | None
+    ) -> None:
+        endpoints, stamps = [], []
+        rows: list[torch.Tensor | None] = []
+        for plan in plans:
+            args = self._args.get(plan.key)
+            stream = self.codec.get(plan.key)
+            endpoints.append(args.endpoint if args is not None else "")
+            first = plan.first_frame == 0 or plan.emit == 0
+            stamps.append(dict(stream.stamps) if stream is not None and first else None)
+            wanted = plan.final and args is not None and args.return_rows and stream is not None
+            rows.append(self._rows_to_host(stream) if wanted and stream is not None else None)
+        rows_event = None
+        if self._cuda and any(r is not None for r in rows):
+            rows_event = torch.cuda.Event()
+            rows_event.record()
+        self._send(
+            _Outgoing(event, pcm, plans, endpoints, stamps, rows=rows, rows_event=rows_event)
+        )
+
+    def _rows_to_host(self, stream: SlotStream) -> torch.Tensor:
+        """A request's rows, copied off the table on the current stream (ordered before
+        any later request's writes to the slot); never waited on here."""
+        n = min(stream.rows, MAX_RETURNED_ROWS)
+        rows = self.table[stream.slot, stream.base : stream.base + n]
+        if not self._cuda:
+            return rows.to(torch.int16).clone()
+        host = torch.empty(rows.shape, dtype=torch.int16, pin_memory=True)
+        host.copy_(rows, non_blocking=True)
+        return host
+
+    def _fail_plans(self, plans: list[ChunkPlan], error: Exception) -> None:
+        logger.exception("codec decode failed", exc_info=error)
+        for plan in plans:
+            args = self._args.get(plan.key)
+            self.codec.detach(plan.key)
+            if args is not None:
+                self.fail(args, f"codec decode failed: {error}")
+
+    # -- sending ---------------------------------------------------------------------
+
+    def _send(self, item: _Outgoing) -> None:
+        if self._cuda:
+            self._outgoing.put(item)
+        else:
+            self._push(item)
+
+    def _push(self, item: _Outgoing) -> None:
+        if item.failure is not None:
+            self._pusher.push_failure(item.endpoints[0], *item.failure)
+            return
+        if item.event is not None:
+            item.event.synchronize()
+        if item.rows_event is not None:
+            item.rows_event.synchronize()
+        pcm = None if item.host is None else item.host.numpy()
+        groups: dict[str, tuple[list[PcmHeader], list[np.ndarray]]] = {}
+        for i, plan in enumerate(item.plans):
+            if not item.endpoints[i]:
+                continue
+            samples = plan.emit * self.codec.hop
+            chunk = np.zeros(0, np.float32) if pcm is None else pcm[i, :samples]
+            headers, chunks = groups.setdefault(item.endpoints[i], ([], []))
+            rows = None if item.rows is None else item.rows[i]
+            headers.append(
+                PcmHeader(
+                    plan.key,
+                    plan.first_frame,
+                    samples,
+                    plan.final,
+                    item.stamps[i],
+                    None if rows is None else rows.numpy(),
+                )
+            )
+            chunks.append(chunk)
+        for endpoint, (headers, chunks) in groups.items():
+            self._pusher.push_pcm(endpoint, headers, chunks)
+
+    def _drain(self) -> None:
+        while True:
+            item = self._outgoing.get()
+            try:
+                self._push(item)
+            except Exception:
+                logger.exception("sending talker audio failed")

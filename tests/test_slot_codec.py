@@ -1,0 +1,209 @@
+"""SlotCodec: chunks decoded from a device row table, batched over requests,
+equal the whole-utterance decode (exact context) and the streaming decoder's
+chunks (any preset), whatever the arrival pattern of rows, slot moves or reuse."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from realtime_engine.codec.decoder import CodecDecoder, load_codec_decoder
+from realtime_engine.codec.layout import CodecDims, random_codec_state_dict
+from realtime_engine.codec.presets import PRESETS, get_preset
+from realtime_engine.codec.streaming import StreamingDecoder, rows_to_frames
+from realtime_engine.engines.base import ChunkingParams
+from realtime_engine.talker.delay import apply_delay
+from realtime_engine.talker.slot_codec import ChunkPlan, SlotCodec
+
+SLOTS = 4
+POSITIONS = 96
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="module")
+def codec() -> CodecDecoder:
+    dims = CodecDims.tiny()
+    sd = random_codec_state_dict(dims, torch.Generator().manual_seed(0), include_encoder=False)
+    return load_codec_decoder(sd)
+
+
+def talker_rows(frames: int, seed: int) -> np.ndarray:
+    """What the talker writes for ``frames`` frames: the delay pattern, ``frames + 7`` rows."""
+    codes = np.random.default_rng(seed).integers(0, 1024, size=(frames, 8))
+    return apply_delay(codes)
+
+
+def offline(codec: CodecDecoder, rows: np.ndarray) -> np.ndarray:
+    frames = rows_to_frames(rows)
+    if frames.shape[1] == 0:
+        return np.zeros(0, np.float32)
+    return codec.decode(torch.from_numpy(frames[None]))[0, 0].numpy()
+
+
+def peak_error(a: np.ndarray, b: np.ndarray) -> float:
+    assert a.shape == b.shape, (a.shape, b.shape)
+    return 0.0 if a.size == 0 else float(np.abs(a - b).max()) / float(np.abs(b).max())
+
+
+class Harness:
+    """A talker stand-in: writes rows into a table, tells the codec, collects chunks."""
+
+    def __init__(self, codec: CodecDecoder) -> None:
+        self.codec = SlotCodec(codec, max_batch=3)
+        # stale garbage everywhere: a leak from an earlier request would show
+        self.table = torch.randint(0, 1026, (SLOTS, POSITIONS, 8), dtype=torch.int16)
+        self.chunks: dict[str, list[tuple[int, np.ndarray, bool]]] = {}
+
+    def open(self, key: str, slot: int, base: int, chunking: ChunkingParams) -> None:
+        self.codec.open(key, slot, base, chunking)
+        self.chunks[key] = []
+
+    def write(self, key: str, rows: np.ndarray, first: int, last: int, final: bool) -> None:
+        s = self.codec.get(key)
+        assert s is not None
+        self.table[s.slot, s.base + first : s.base + last] = torch.from_numpy(rows[first:last])
+        self.codec.advance(key, last, final)
+
+    def step(self) -> list[ChunkPlan]:
+        plans = self.codec.due()
+        assert len({p.key for p in plans}) == len(plans)  # one chunk per request per step
+        for batch in self.codec.gather(plans, self.table):
+            pcm = self.codec.decode(batch).numpy()
+            for i, plan in enumerate(batch.plans):
+                self.chunks[plan.key].append(
+                    (plan.first_frame, pcm[i, : plan.emit * 960].copy(), plan.final)
+                )
+        for plan in plans:
+            if plan.emit == 0:
+                self.chunks[plan.key].append((plan.first_frame, np.zeros(0, np.float32), True))
+        return plans
+
+    def audio(self, key: str) -> np.ndarray:
+        chunks = sorted(self.chunks[key], key=lambda c: c[0])
+        frame = 0
+        for first, pcm, _ in chunks:
+            assert first == frame, "chunks must be contiguous"
+            frame += pcm.size // 960
+        assert chunks and chunks[-1][2] and sum(c[2] for c in chunks) == 1
+        return np.concatenate([c[1] for c in chunks])
+
+
+def run(h: Harness, rows: list[np.ndarray], groups: list[int]) -> list[str]:
+    """Feed each utterance's rows in ``groups``-sized steps, all requests side by side;
+    the end is known with the last row (the talker's done flag comes with it)."""
+    keys = [f"r{i}" for i in range(len(rows))]
+    written = [0] * len(rows)
+    step = 0
+    while any(w < len(r) for w, r in zip(written, rows, strict=True)):
+        for i, r in enumerate(rows):
+            n = min(len(r), written[i] + groups[(step + i) % len(groups)])
+            if n > written[i] or step == 0:
+                h.write(keys[i], r, written[i], n, n == len(r))
+                written[i] = n
+        h.step()
+        step += 1
+    h.step()
+    return keys
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    frames=st.lists(st.integers(0, 40), min_size=1, max_size=3),
+    groups=st.lists(st.integers(1, 9), min_size=1, max_size=30),
+    slots=st.permutations(range(SLOTS)),
+    bases=st.lists(st.integers(0, 40), min_size=3, max_size=3),
+)
+def test_exact_chunks_equal_whole_decoding_for_any_arrival_pattern(
+    codec: CodecDecoder, frames: list[int], groups: list[int], slots: list[int], bases: list[int]
+) -> None:
+    h = Harness(codec)
+    rows = [talker_rows(n, seed) for seed, n in enumerate(frames)]
+    for i, (slot, base) in enumerate(zip(slots, bases, strict=False)):
+        if i < len(rows):
+            h.open(f"r{i}", slot, base, get_preset("exact"))
+    for key, r in zip(run(h, rows, groups), rows, strict=True):
+        assert peak_error(h.audio(key), offline(codec, r)) <= 1e-5
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    frames=st.lists(st.integers(0, 40), min_size=1, max_size=3),
+    preset=st.sampled_from(sorted(PRESETS)),
+)
+def test_one_row_per_step_gives_the_streaming_decoders_chunks(
+    codec: CodecDecoder, frames: list[int], preset: str
+) -> None:
+    h = Harness(codec)
+    chunking = get_preset(preset)
+    rows = [talker_rows(n, seed) for seed, n in enumerate(frames)]
+    for i in range(len(rows)):
+        h.open(f"r{i}", i, 3 * i, chunking)
+    # the streaming decoder learns of the end from codebook 0's EOC, with the last row
+    for key, r in zip(run(h, rows, [1]), rows, strict=True):
+        reference = StreamingDecoder(codec, chunking)
+        expected = [c for row in r for c in reference.feed(row)] + reference.finish()
+        got = [pcm for _, pcm, _ in sorted(h.chunks[key], key=lambda c: c[0]) if pcm.size]
+        assert [c.size for c in got] == [c.size for c in expected]
+        if got:  # batched differently: equal up to rounding, relative to the peak
+            assert peak_error(np.concatenate(got), np.concatenate(expected)) <= 1e-5
+
+
+def test_a_reused_slot_and_a_moved_stream_leak_nothing(codec: CodecDecoder) -> None:
+    h = Harness(codec)
+    exact = get_preset("exact")
+    first, second = talker_rows(30, 1), talker_rows(25, 2)
+    h.open("a", 0, 5, exact)
+    h.write("a", first, 0, 20, False)
+    h.step()
+    # "a" leaves its slot mid-utterance (preemption); "b" takes slot 0 meanwhile
+    moved = h.codec.detach("a")
+    assert moved is not None
+    h.open("b", 0, 3, exact)
+    h.write("b", second, 0, len(second), True)
+    h.step()
+    # "a" comes back in slot 2: its rows are restored there, then it finishes
+    h.table[2, 5 : 5 + 20] = torch.from_numpy(first[:20])
+    h.codec.attach(moved, 2)
+    h.write("a", first, 20, len(first), True)
+    h.step()
+    assert peak_error(h.audio("a"), offline(codec, first)) <= 1e-5
+    assert peak_error(h.audio("b"), offline(codec, second)) <= 1e-5
+    assert h.codec.due() == []  # both ended: nothing more is planned
+    assert h.codec.detach("a") is None and h.codec.detach("b") is None  # nothing to resume
+
+
+def test_aborted_streams_stop_and_a_reopened_key_starts_fresh(codec: CodecDecoder) -> None:
+    h = Harness(codec)
+    latency = get_preset("latency")
+    rows = talker_rows(20, 3)
+    h.open("x", 1, 0, latency)
+    h.write("x", rows, 0, 12, False)
+    assert [p.first_frame for p in h.step()] == [0]
+    assert h.codec.detach("x") is not None  # aborted mid-utterance
+    assert h.step() == []
+    h.open("x", 3, 10, latency)
+    h.write("x", rows, 0, len(rows), True)
+    h.step()
+    assert peak_error(h.audio("x"), offline(codec, rows)) <= 0.5  # latency preset edges
+    assert h.chunks["x"][0][0] == 0
+
+
+def test_an_utterance_without_frames_still_ends(codec: CodecDecoder) -> None:
+    h = Harness(codec)
+    h.open("e", 0, 0, get_preset("balanced"))
+    h.write("e", talker_rows(0, 0), 0, 7, True)
+    plans = h.step()
+    assert [(p.emit, p.final) for p in plans] == [(0, True)]
+    assert h.audio("e").size == 0

@@ -1,0 +1,207 @@
+"""The engine core's audio side without vLLM: step statuses in, PCM messages out.
+
+``VllmAudio`` is driven the way the model state drives it (a sampled step's
+packed status, vLLM removing requests) over a CPU slot table, and its
+messages are read back by a real ``RowReceiver``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("zmq", reason="pyzmq comes with vllm; without it there is no transport")
+
+from realtime_engine.codec.decoder import CodecDecoder, load_codec_decoder
+from realtime_engine.codec.layout import CodecDims, random_codec_state_dict
+from realtime_engine.codec.presets import get_preset
+from realtime_engine.codec.streaming import rows_to_frames
+from realtime_engine.engines.base import ChunkingParams
+from realtime_engine.talker.delay import apply_delay
+from realtime_engine.talker.vllm_audio import VllmAudio
+from realtime_engine.talker.vllm_protocol import FailureEvent, PcmEvent, RowEvent, TalkerArgs
+from realtime_engine.talker.vllm_publish import StepRows
+from realtime_engine.talker.vllm_rows import RowReceiver
+
+SLOTS, POSITIONS = 3, 128
+
+
+@pytest.fixture(scope="module")
+def codec() -> CodecDecoder:
+    dims = CodecDims.tiny()
+    sd = random_codec_state_dict(dims, torch.Generator().manual_seed(1), include_encoder=False)
+    return load_codec_decoder(sd)
+
+
+class Inbox:
+    def __init__(self) -> None:
+        self.events: list[PcmEvent | FailureEvent] = []
+        self._lock = threading.Condition()
+        self.receiver = RowReceiver(self._deliver)
+
+    def _deliver(self, event: RowEvent | FailureEvent | PcmEvent) -> None:
+        assert not isinstance(event, RowEvent)
+        with self._lock:
+            self.events.append(event)
+            self._lock.notify_all()
+
+    def wait_for(self, done: int) -> None:
+        """Until ``done`` requests have ended (final chunk or failure)."""
+
+        def ended() -> int:
+            return sum(
+                isinstance(e, FailureEvent) or (isinstance(e, PcmEvent) and e.chunk.final)
+                for e in self.events
+            )
+
+        with self._lock:
+            assert self._lock.wait_for(lambda: ended() >= done, timeout=10)
+
+    def audio(self, key: str) -> np.ndarray:
+        chunks = [
+            e.chunk for e in self.events if isinstance(e, PcmEvent) and e.correlation_id == key
+        ]
+        assert [c.final for c in chunks].count(True) == 1 and chunks[-1].final
+        return np.concatenate([c.pcm for c in chunks])
+
+
+@pytest.fixture
+def inbox() -> Iterator[Inbox]:
+    box = Inbox()
+    yield box
+    box.receiver.close()
+
+
+def args(key: str, endpoint: str, chunking: ChunkingParams | None) -> TalkerArgs:
+    return TalkerArgs(
+        correlation_id=key,
+        endpoint=endpoint,
+        audio_token_id=1,
+        eos_token_id=2,
+        temperature=0.0,
+        top_k=0,
+        top_p=1.0,
+        ras_window=0,
+        ras_max_repeat=1,
+        seed=0,
+        eoc_not_before=0,
+        eoc_at=100,
+        chunking=None if chunking is None else TalkerArgs.chunking_fields(chunking),
+    )
+
+
+def step(
+    audio: VllmAudio, table: torch.Tensor, batch: list[tuple[str, int, int, np.ndarray, bool]]
+) -> None:
+    """One sampling step: row ``index`` of each ``(key, slot, base, rows, done)`` entry."""
+    indices = [index for _, _, index, _, _ in batch]
+    rows = torch.zeros(len(batch), 8, dtype=torch.int64)
+    for i, (_, slot, index, utterance, _) in enumerate(batch):
+        rows[i] = torch.from_numpy(utterance[index])
+        table[slot, PROMPT + index] = rows[i].to(torch.int16)
+    packed = StepRows(
+        rows=rows,
+        valid=torch.ones(len(batch), dtype=torch.bool),
+        done=torch.tensor([done for *_, done in batch]),
+        index=torch.tensor(indices),
+    ).packed()
+    audio.after_step(packed, [key for key, *_ in batch])
+
+
+PROMPT = 5
+
+
+def offline(codec: CodecDecoder, rows: np.ndarray) -> np.ndarray:
+    return codec.decode(torch.from_numpy(rows_to_frames(rows)[None]))[0, 0].numpy()
+
+
+def close_to_peak(got: np.ndarray, want: np.ndarray) -> bool:
+    return got.shape == want.shape and bool(np.abs(got - want).max() <= 1e-5 * np.abs(want).max())
+
+
+def test_finished_preempted_and_reused_slots_give_whole_utterance_audio(
+    codec: CodecDecoder, inbox: Inbox
+) -> None:
+    table = torch.randint(0, 1026, (SLOTS, POSITIONS, 8), dtype=torch.int16)  # stale garbage
+    audio = VllmAudio(codec, table, max_batch=2)
+    endpoint = inbox.receiver.endpoint
+    exact = get_preset("exact")
+    rng = np.random.default_rng(0)
+    a, b, c = (apply_delay(rng.integers(0, 1024, size=(n, 8))) for n in (40, 25, 30))
+    audio.open(args("a", endpoint, exact), 0, PROMPT)
+    audio.open(args("b", endpoint, exact), 1, PROMPT)
+    for i in range(20):
+        step(audio, table, [("a", 0, i, a, False), ("b", 1, i, b, False)])
+    # "a" is preempted: vLLM removes it, keeps nothing but what the state saved
+    saved_rows = table[0].clone()
+    audio.remove("a")
+    # "c" takes slot 0 while "b" runs to its end
+    audio.open(args("c", endpoint, exact), 0, PROMPT)
+    for i in range(20, len(b)):
+        step(audio, table, [("b", 1, i, b, i == len(b) - 1), ("c", 0, i - 20, c, False)])
+    audio.remove("b")  # finished: its final chunk goes out now
+    assert not audio.resume(args("b", endpoint, exact), 1)  # and nothing of it is kept
+    for i in range(len(b) - 20, len(c)):
+        step(audio, table, [("c", 0, i, c, i == len(c) - 1)])
+    audio.remove("c")
+    # "a" comes back in slot 2 with its restored rows
+    table[2] = saved_rows
+    assert audio.resume(args("a", endpoint, exact), 2)
+    for i in range(20, len(a)):
+        step(audio, table, [("a", 2, i, a, i == len(a) - 1)])
+    audio.remove("a")
+    inbox.wait_for(3)
+    for key, rows in (("a", a), ("b", b), ("c", c)):
+        assert close_to_peak(inbox.audio(key), offline(codec, rows)), key
+    first = next(e for e in inbox.events if isinstance(e, PcmEvent) and e.correlation_id == "b")
+    assert first.chunk.start_frame == 0 and first.stamps is not None
+    assert set(first.stamps) == {"first_row", "first_frame_row"}
+    assert first.stamps["first_row"] < first.stamps["first_frame_row"]
+
+
+class BrokenCodec(CodecDecoder):
+    def decode_valid(self, codes: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("codec kernel crashed")
+
+
+def test_a_codec_failure_fails_its_requests_only(inbox: Inbox) -> None:
+    table = torch.zeros(SLOTS, POSITIONS, 8, dtype=torch.int16)
+    audio = VllmAudio(BrokenCodec(CodecDims.tiny()), table)
+    rows = apply_delay(np.zeros((5, 8), dtype=np.int64))
+    audio.open(args("x", inbox.receiver.endpoint, ChunkingParams(1, 1, 0, 0)), 0, PROMPT)
+    for i in range(8):
+        step(audio, table, [("x", 0, i, rows, False)])
+    inbox.wait_for(1)
+    assert isinstance(inbox.events[-1], FailureEvent)
+    assert "codec kernel crashed" in inbox.events[-1].reason
+    audio.remove("x")
+    assert not audio.resume(args("x", inbox.receiver.endpoint, None), 1)  # nothing left of it
+
+
+def test_a_status_landing_after_removal_reaches_the_resumed_request(
+    codec: CodecDecoder, inbox: Inbox
+) -> None:
+    """On CUDA a step's status can reach the host after vLLM removed the request
+    (preempted right at its last row): the kept state takes it, and the request
+    ends once it is back."""
+    table = torch.zeros(SLOTS, POSITIONS, 8, dtype=torch.int16)
+    audio = VllmAudio(codec, table)
+    endpoint = inbox.receiver.endpoint
+    rows = apply_delay(np.random.default_rng(5).integers(0, 1024, size=(12, 8)))
+    audio.open(args("d", endpoint, get_preset("balanced")), 0, PROMPT)
+    for i in range(len(rows) - 1):
+        step(audio, table, [("d", 0, i, rows, False)])
+    table[0, PROMPT + len(rows) - 1] = torch.from_numpy(rows[-1])  # the in-flight step's row
+    audio.remove("d")
+    step(audio, table, [("d", 0, len(rows) - 1, rows, True)])  # its status lands late
+    table[1] = table[0]
+    table[0].zero_()  # the old slot is someone else's now
+    assert audio.resume(args("d", endpoint, get_preset("balanced")), 1)
+    audio.poll()
+    step(audio, table, [])  # the next step decodes what became due
+    inbox.wait_for(1)
+    assert inbox.audio("d").size == 12 * 960

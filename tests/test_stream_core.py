@@ -20,6 +20,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from realtime_engine.codec.decoder import CodecDecoder, load_codec_decoder
 from realtime_engine.codec.errors import CodecInputError
@@ -311,3 +312,36 @@ def test_device_de_delay_equals_the_host_one(lengths: list[int], seed: int) -> N
         got = frames_from_rows(buffer, torch.full((len(rows),), t))
         for i, r in enumerate(rows):
             assert got[i, :, 0].tolist() == rows_to_frames(r)[:, t].tolist()
+
+
+class _ScalarReads(TorchDispatchMode):
+    """Records every read of a tensor value into Python (.item(), int(),
+    bool(), a data-dependent shape): on a GPU each one is a host sync."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.nonzero.default):
+            self.reads.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_hot_path_never_reads_device_values(codec32: CodecDecoder) -> None:
+    core = StreamingCodec(codec32, 4)
+    slots = torch.tensor([3, 1])
+    rows = torch.randint(0, 1024, (2, 20, 8))
+    with _ScalarReads() as mode:
+        core.reset(slots)
+        for t in range(3):
+            core.step(slots, frames_from_rows(rows, torch.full((2,), t)))
+        core.step(slots, torch.randint(0, 1024, (2, 8, 4)))
+        core.peek(slots, 5000)
+        saved = core.save(slots)
+        core.restore(slots, saved)
+        core.flush(slots)
+    assert mode.reads == []
+    with _ScalarReads() as mode:
+        core.check_codes(torch.zeros(2, 8, 1, dtype=torch.int64))  # the explicit check does
+    assert mode.reads

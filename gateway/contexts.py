@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -46,12 +45,9 @@ from realtime_engine.engines.base import (
     SpeechEngine,
     UnsupportedVoiceError,
 )
-from realtime_engine.talker.types import NUM_CODEBOOKS, TalkerSampling
+from realtime_engine.talker.types import TalkerSampling
 
 log = logging.getLogger("gateway.contexts")
-
-# Higgs codec frames per second; caps a segment's engine budget.
-CODEC_FRAMES_PER_S = 25
 
 
 def to_engine_request(
@@ -73,8 +69,7 @@ def to_engine_request(
         voice=cfg.voice,
         sampling=sampling,
         chunking=chunking,
-        # The delay pattern spends NUM_CODEBOOKS - 1 extra rows before the last frame.
-        max_new_tokens=math.ceil(cfg.max_audio_seconds * CODEC_FRAMES_PER_S) + NUM_CODEBOOKS - 1,
+        max_audio_seconds=cfg.max_audio_seconds,
         timings=timings,
     )
 

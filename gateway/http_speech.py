@@ -40,10 +40,10 @@ from realtime_engine.engines.base import (
     SpeechEngine,
     UnsupportedVoiceError,
 )
+from realtime_engine.format import SAMPLE_RATE as OUTPUT_SAMPLE_RATE  # OpenAI's rate too
 from realtime_engine.talker.types import TalkerSampling
 from realtime_engine.text.segmenter import TextSegmenter
 
-OUTPUT_SAMPLE_RATE = 24_000  # OpenAI's rate for every response format
 _INLINE_FORMATS = frozenset({"wav", "pcm"})  # cheap enough to encode on the event loop
 _CREATED = int(time.time())
 logger = logging.getLogger(__name__)

@@ -29,9 +29,9 @@ import numpy as np
 from gateway.protocol import decode_audio_payload
 from gateway.state import CreatedVoice
 from realtime_engine.engines.base import SpeechEngine, UnsupportedVoiceError
+from realtime_engine.format import FRAME_SAMPLES as CODEC_FRAME_SAMPLES
+from realtime_engine.format import SAMPLE_RATE as CLIP_SAMPLE_RATE
 
-CLIP_SAMPLE_RATE = 24_000
-CODEC_FRAME_SAMPLES = 960  # one codec frame at 24 kHz (40 ms)
 MAX_TRANSCRIPT_CHARS = 2_000
 _VOICE_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 

@@ -111,6 +111,15 @@ async def test_max_new_tokens_caps_the_audio(engine: HiggsEngine) -> None:
     assert sum(c.size for c in chunks) == 5 * HOP
 
 
+async def test_max_audio_seconds_becomes_the_engines_own_row_budget(engine: HiggsEngine) -> None:
+    # 0.2 s is 5 frames; the engine adds the rows its delay pattern needs.
+    request = _segment("secs", frames=None, max_audio_seconds=0.2)
+    chunks = await _chunks(engine.synthesize(request))
+    assert sum(c.size for c in chunks) == 5 * HOP
+    both = _segment("both", frames=None, max_audio_seconds=10.0, max_new_tokens=10)
+    assert sum(c.size for c in await _chunks(engine.synthesize(both))) == 3 * HOP
+
+
 async def test_duplicate_request_id_does_not_disturb_the_first(engine: HiggsEngine) -> None:
     first = engine.synthesize(_segment("same", frames=3000, chunking=get_preset("latency")))
     await _chunks(first, limit=1)

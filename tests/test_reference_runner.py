@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from talker_support import FailingTalker
 
+from realtime_engine.codec.delay import apply_delay, revert_delay
 from realtime_engine.model.loader import LoadedTalker, load_talker
 from realtime_engine.model.prompts import build_zero_shot_prompt
-from realtime_engine.talker.delay import apply_delay, revert_delay
 from realtime_engine.talker.reference_runner import ReferenceRunner
 from realtime_engine.talker.types import TalkerError, TalkerPrompt, TalkerRequest, TalkerSampling
 

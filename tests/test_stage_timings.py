@@ -23,12 +23,12 @@ from gateway.app import create_app
 from gateway.contexts import ENGINE_STAGES, ContextStats
 from gateway.metrics import EngineStatsSampler, GatewayMetrics, batch_bucket
 from gateway.settings import GatewaySettings
+from realtime_engine.codec.delay import apply_delay
 from realtime_engine.engines.base import SegmentRequest, SegmentTimings
 from realtime_engine.engines.cpu_voice import CpuVoiceEngine
 from realtime_engine.engines.fake import FakeEngine
 from realtime_engine.engines.higgs import HiggsEngine
 from realtime_engine.model.tokenizer import HiggsTokenizer
-from realtime_engine.talker.delay import apply_delay
 from realtime_engine.talker.types import NUM_CODEBOOKS, TalkerRequest, TalkerSampling
 
 STAGE_ORDER = ["queue", "prefill", "first_row", "first_frame_row", "first_chunk", "ttfa"]

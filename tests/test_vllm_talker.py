@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from vllm_support.cpu_env import apply_cpu_vllm_env, vllm_available
 
+from realtime_engine.codec.delay import apply_delay, revert_delay
 from realtime_engine.model.prompts import build_clone_prompt, build_zero_shot_prompt
 from realtime_engine.model.tokenizer import HiggsTokenizer
-from realtime_engine.talker.delay import apply_delay, revert_delay
 from realtime_engine.talker.types import (
     TalkerError,
     TalkerPrompt,

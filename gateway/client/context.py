@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from gateway.client.audio import FrameDecoder, make_decoder, payload_duration_ms
 from gateway.client.errors import ClientError, error_from_detail
 from gateway.protocol import (
+    NATIVE_SAMPLE_RATE,
     ContextCancel,
     ContextCancelled,
     ContextCreated,
@@ -205,7 +206,8 @@ class Context:
     async def collect(self) -> Utterance:
         """Wait for the whole utterance and return it as one PCM array."""
         parts: list[np.ndarray] = []
-        sample_rate: int = self._state.output.sample_rate if self._state.output else 24000
+        output = self._state.output
+        sample_rate: int = output.sample_rate if output else NATIVE_SAMPLE_RATE
         async for chunk in self.audio():
             assert chunk.pcm is not None  # decoded by audio()
             parts.append(chunk.pcm)

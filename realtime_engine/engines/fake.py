@@ -24,13 +24,12 @@ from realtime_engine.engines.base import (
     UnsupportedVoiceError,
     VoiceInfo,
 )
-
-FRAME_SAMPLES = 960  # one codec frame at 24 kHz: 40 ms
+from realtime_engine.format import FRAME_SAMPLES, SAMPLE_RATE
 
 
 @dataclass
 class FakeEngineConfig:
-    sample_rate: int = 24000
+    sample_rate: int = SAMPLE_RATE
     first_chunk_delay_s: float = 0.0
     # Wall seconds per second of audio after the first chunk (0: as fast as possible).
     realtime_factor: float = 0.0
@@ -99,7 +98,7 @@ class FakeEngine:
         """The whole audio of a segment, exactly what the stream concatenates to."""
         cfg = self.config
         if request.fixed_rows is not None:
-            n = request.fixed_rows * FRAME_SAMPLES * cfg.sample_rate // 24000
+            n = request.fixed_rows * FRAME_SAMPLES * cfg.sample_rate // SAMPLE_RATE
         else:
             seconds = max(cfg.min_seconds, len(request.text) * cfg.seconds_per_char)
             n = int(seconds / max(request.speed, 1e-3) * cfg.sample_rate)

@@ -29,17 +29,16 @@ from realtime_engine.codec.streaming import (
     decode_jobs_batched,
 )
 from realtime_engine.engines.base import (
-    ChunkingParams,
     EngineError,
     SegmentRequest,
     SegmentTimings,
     UnsupportedVoiceError,
     VoiceInfo,
 )
+from realtime_engine.format import DELAY_ROWS, SAMPLE_RATE, ChunkingParams, rows_for_seconds
 from realtime_engine.model.prompts import PromptError, build_clone_prompt, build_zero_shot_prompt
 from realtime_engine.model.tokenizer import HiggsTokenizer
 from realtime_engine.talker.types import (
-    NUM_CODEBOOKS,
     TalkerError,
     TalkerPrompt,
     TalkerRequest,
@@ -47,11 +46,8 @@ from realtime_engine.talker.types import (
     TalkerTimings,
 )
 
-SAMPLE_RATE = 24_000
 BACKENDS = ("reference", "vllm", "auto")
 DEFAULT_VOICE = "default"
-# rows after the last real frame: codebook c of frame t sits in row t + c
-DELAY_TAIL_ROWS = NUM_CODEBOOKS - 1
 # speaking-rate thresholds → the model's prosody tags (a sentence-level tag)
 _SPEED_TAGS = (
     (0.75, "<|prosody:speed_very_slow|>"),
@@ -75,13 +71,13 @@ class _StageClock:
             self.timings.mark("submitted")
 
     def row(self) -> None:
-        if self.timings is None or self._rows > DELAY_TAIL_ROWS:
+        if self.timings is None or self._rows > DELAY_ROWS:
             return
         if self._rows == 0:
             if self.talker is not None and self.talker.prefilled is not None:
                 self.timings.mark("prefilled", self.talker.prefilled)
             self.timings.mark("first_row")
-        if self._rows == DELAY_TAIL_ROWS:  # the last codebook of frame 0 arrives here
+        if self._rows == DELAY_ROWS:  # the last codebook of frame 0 arrives here
             self.timings.mark("first_frame_row")
         self._rows += 1
 
@@ -305,7 +301,7 @@ class HiggsEngine:
     ) -> TalkerRequest:
         fixed_rows = None
         if request.fixed_rows is not None:
-            fixed_rows = request.fixed_rows + DELAY_TAIL_ROWS
+            fixed_rows = request.fixed_rows + DELAY_ROWS
         talker_request = TalkerRequest(
             request.request_id,
             self._prompt(request),
@@ -313,9 +309,12 @@ class HiggsEngine:
             fixed_rows=fixed_rows,
             timings=timings,
         )
+        caps = [talker_request.max_new_tokens]
         if request.max_new_tokens is not None:
-            talker_request = replace(talker_request, max_new_tokens=request.max_new_tokens)
-        return talker_request
+            caps.append(request.max_new_tokens)
+        if request.max_audio_seconds is not None:
+            caps.append(rows_for_seconds(request.max_audio_seconds))
+        return replace(talker_request, max_new_tokens=min(caps))
 
     async def synthesize(self, request: SegmentRequest) -> AsyncIterator[np.ndarray]:
         clock = _StageClock(request.timings)

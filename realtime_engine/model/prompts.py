@@ -12,12 +12,26 @@ state there yields the first code row.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from realtime_engine.codec.delay import apply_delay
+from realtime_engine.format import CODEBOOK_VOCAB, NUM_CODEBOOKS
 from realtime_engine.model.config import AUDIO_PLACEHOLDER_ID
 from realtime_engine.model.tokenizer import HiggsTokenizer
-from realtime_engine.talker.delay import apply_delay
-from realtime_engine.talker.types import CODEBOOK_VOCAB, NUM_CODEBOOKS, TalkerPrompt
+
+
+@dataclass(frozen=True)
+class TalkerPrompt:
+    """Token ids of a prompt; ``-100`` entries are audio placeholders.
+
+    ``ref_rows`` holds the delay-patterned reference code rows, one per
+    placeholder, in order ([n_placeholders, 8]); ``None`` for zero-shot prompts.
+    """
+
+    token_ids: tuple[int, ...]
+    ref_rows: np.ndarray | None = None
 
 
 class PromptError(ValueError):

@@ -16,9 +16,14 @@ from gateway.protocol import Limits
 from gateway.settings import GatewaySettings
 from gateway.state import GatewayState
 from realtime_engine.engines.base import EngineError, SpeechEngine
+from realtime_engine.talker.backends import (
+    TALKER_BACKENDS,
+    TalkerOptions,
+    TalkerOptionsError,
+    talker_options,
+)
 
 ENGINES = ("auto", "higgs", "cpu-voice", "fake")
-TALKER_BACKENDS = ("auto", "vllm", "reference")
 # realtime_engine.codec.decoder.CODEC_PRECISIONS, spelled out: importing the codec pulls in torch
 CODEC_PRECISIONS = ("fp32", "tf32", "bf16")
 
@@ -57,8 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=_json_object,
         default=None,
         metavar="JSON",
-        help="options for the vLLM talker engine, e.g. "
-        '\'{"max_num_seqs": 256, "gpu_memory_utilization": 0.8}\' (default max_num_seqs 64)',
+        help="options of the chosen talker backend (realtime_engine.talker.backends), e.g. "
+        '\'{"max_num_seqs": 256, "gpu_memory_utilization": 0.8}\' for vllm or '
+        "'{\"max_batch\": 8}' for reference; an unknown key is an error",
     )
     serve.add_argument(
         "--codec-precision",
@@ -70,15 +76,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--codec-batch", type=int, default=16, help="most chunk windows per codec call"
     )
+    serve.add_argument(
+        "--model-name",
+        help="the model name sessions, /ready and /v1/models report (default: the engine's id)",
+    )
     serve.add_argument("--max-sessions", type=int, help="concurrent WebSocket sessions")
     serve.add_argument("--max-contexts", type=int, help="open contexts per session")
     serve.add_argument("--idle-timeout", type=float, help="seconds before an idle session closes")
     serve.add_argument("--log-level", default="info")
-    commands.add_parser(
-        "bench",
-        help="benchmark a running gateway (see `speech-gateway bench --help`)",
-        add_help=False,
-    )
     return parser
 
 
@@ -100,12 +105,25 @@ def resolve_engine_kind(engine: str, model: str | None) -> str:
     return engine
 
 
+def engine_talker_options(
+    kind: str, talker: str, raw: dict[str, object] | None
+) -> TalkerOptions | None:
+    """The Higgs engine's typed talker options, resolved once; ``SystemExit`` on bad ones."""
+    if kind != "higgs":
+        if raw:
+            raise SystemExit(f"--talker-options apply to --engine higgs only, not {kind}")
+        return None
+    try:
+        return talker_options(talker, raw)
+    except TalkerOptionsError as e:
+        raise SystemExit(f"speech-gateway: error: {e}") from e
+
+
 def build_engine(
     kind: str,
     model: str | None,
     device: str | None,
-    talker: str = "auto",
-    talker_options: dict[str, object] | None = None,
+    talker: TalkerOptions | None = None,
     codec_precision: str = "fp32",
     codec_batch: int = 16,
 ) -> SpeechEngine:
@@ -122,8 +140,7 @@ def build_engine(
     engine: SpeechEngine = HiggsEngine.from_pretrained(
         model or "tiny",
         device,
-        backend=talker,
-        runner_options=talker_options,
+        talker=talker,
         codec_precision=codec_precision,
         codec_batch=codec_batch,
     )
@@ -144,6 +161,7 @@ def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
         port=args.port,
         api_keys=tuple(args.api_keys) if args.api_keys else None,
         limits=limits,
+        model_name=args.model_name,
     )
 
 
@@ -207,14 +225,10 @@ async def serve(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["bench"]:
-        from bench.cli import main as bench_main
-
-        return bench_main(argv[1:])
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     settings = settings_from_args(args)
     kind = resolve_engine_kind(args.engine, args.model)
+    talker = engine_talker_options(kind, args.talker, args.talker_options)
     _say(f"loading the {kind} engine" + (f" from {args.model}" if args.model else ""))
     loading = time.perf_counter()
     try:
@@ -222,8 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             kind,
             args.model,
             args.device,
-            args.talker,
-            args.talker_options,
+            talker,
             args.codec_precision,
             args.codec_batch,
         )

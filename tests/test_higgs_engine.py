@@ -21,6 +21,7 @@ from realtime_engine.engines.base import (
 from realtime_engine.engines.higgs import CloneVoice, HiggsEngine, codec_decode_fn, speed_tag
 from realtime_engine.model.loader import LoadedTalker, load_talker
 from realtime_engine.model.prompts import build_zero_shot_prompt
+from realtime_engine.talker.backends import ReferenceOptions
 from realtime_engine.talker.reference_runner import ReferenceRunner
 from realtime_engine.talker.types import TalkerError, TalkerRequest, TalkerSampling
 
@@ -240,13 +241,9 @@ async def test_start_is_idempotent_and_from_pretrained_works(tiny_checkpoint: Pa
 async def test_auto_backend_without_a_gpu_uses_the_reference_runner(tiny_checkpoint: Path) -> None:
     if torch.cuda.is_available():
         pytest.skip("with a GPU, auto picks vLLM")
-    eng = HiggsEngine.from_pretrained(
-        tiny_checkpoint, "cpu", backend="auto", runner_options={"max_batch": 2}
-    )
+    eng = HiggsEngine.from_pretrained(tiny_checkpoint, "cpu", talker=ReferenceOptions(max_batch=2))
     try:
         chunks = await _chunks(eng.synthesize(_segment("auto", frames=3)))
         assert sum(c.size for c in chunks) == 3 * HOP
     finally:
         await eng.close()
-    with pytest.raises(EngineError, match="backend"):
-        HiggsEngine.from_pretrained(tiny_checkpoint, backend="tensorrt")

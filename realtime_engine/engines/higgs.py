@@ -38,6 +38,12 @@ from realtime_engine.engines.base import (
 from realtime_engine.format import DELAY_ROWS, SAMPLE_RATE, ChunkingParams, rows_for_seconds
 from realtime_engine.model.prompts import PromptError, build_clone_prompt, build_zero_shot_prompt
 from realtime_engine.model.tokenizer import HiggsTokenizer
+from realtime_engine.talker.backends import (
+    ReferenceOptions,
+    TalkerOptions,
+    parse_talker_options,
+    resolve_backend,
+)
 from realtime_engine.talker.types import (
     TalkerError,
     TalkerPrompt,
@@ -46,7 +52,6 @@ from realtime_engine.talker.types import (
     TalkerTimings,
 )
 
-BACKENDS = ("reference", "vllm", "auto")
 DEFAULT_VOICE = "default"
 # speaking-rate thresholds → the model's prosody tags (a sentence-level tag)
 _SPEED_TAGS = (
@@ -201,40 +206,33 @@ class HiggsEngine:
         device: str | torch.device | None = None,
         *,
         dtype: torch.dtype | None = None,
-        max_batch: int = 32,
         chunking: ChunkingParams | None = None,
-        backend: str = "auto",
-        runner_options: dict[str, Any] | None = None,
+        talker: TalkerOptions | None = None,
         codec_precision: str = "fp32",
         codec_batch: int = 16,
     ) -> HiggsEngine:
         """Load ``model`` (``tiny``, a directory or a cached HF id).
 
-        ``backend``: ``"reference"`` runs the talker in-process on PyTorch;
-        ``"vllm"`` hands it to vLLM through
-        :func:`realtime_engine.talker.vllm_runner.create_talker_runner` with
-        ``runner_options``; ``"auto"`` takes vLLM when it is importable and a
-        CUDA device is present, else the reference runner. The codec always
-        runs here, on ``device``, in ``codec_precision`` (``fp32``: chunked
-        output equals whole decoding; ``tf32``/``bf16``: faster on CUDA), up to
+        ``talker`` picks the runner by its type: :class:`ReferenceOptions` runs
+        the talker in-process on PyTorch, :class:`VllmOptions` hands it to
+        vLLM; ``None`` resolves ``auto`` (vLLM when importable with a CUDA
+        device) with that backend's defaults. The codec always runs here, on
+        ``device``, in ``codec_precision`` (``fp32``: chunked output equals
+        whole decoding; ``tf32``/``bf16``: faster on CUDA), up to
         ``codec_batch`` chunk windows per call.
         """
         from realtime_engine.model.checkpoint import SafetensorsCheckpoint
         from realtime_engine.model.hub import resolve_model
         from realtime_engine.model.loader import load_codec, load_talker
 
-        if backend not in BACKENDS:
-            raise EngineError(f"unknown talker backend {backend!r}; choose one of {BACKENDS}")
-        if backend == "auto":
-            from realtime_engine.talker.vllm_runner import vllm_usable
-
-            backend = "vllm" if vllm_usable() else "reference"
+        if talker is None:
+            talker = parse_talker_options(resolve_backend("auto"))
         dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if dtype is None:
             dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
         runner: TalkerRunner
         try:
-            if backend == "reference":
+            if isinstance(talker, ReferenceOptions):
                 from realtime_engine.talker.reference_runner import ReferenceRunner
 
                 loaded = load_talker(model, device=dev, dtype=dtype)
@@ -242,16 +240,25 @@ class HiggsEngine:
                 runner = ReferenceRunner(
                     loaded.model,
                     dev,
-                    max_batch=max_batch,
+                    max_batch=talker.max_batch,
+                    queue_rows=talker.queue_rows,
                     max_positions=loaded.config.max_position_embeddings,
                 )
             else:
-                from realtime_engine.talker.vllm_runner import create_talker_runner
+                from realtime_engine.talker.vllm_runner import VllmTalkerRunner
 
                 path = resolve_model(model)
                 tokenizer = HiggsTokenizer.from_dir(path)
                 codec = _require_codec(load_codec(SafetensorsCheckpoint(path), device=dev), model)
-                runner = create_talker_runner(path, backend, **(runner_options or {}))
+                runner = VllmTalkerRunner.from_model_dir(
+                    path,
+                    max_num_seqs=talker.max_num_seqs,
+                    max_model_len=talker.max_model_len,
+                    dtype=talker.dtype,
+                    enforce_eager=talker.enforce_eager,
+                    gpu_memory_utilization=talker.gpu_memory_utilization,
+                    **talker.engine_args,
+                )
             codec.set_precision(codec_precision)
         except (OSError, ValueError) as e:
             raise EngineError(f"cannot load {model!s}: {e}") from e

@@ -1,4 +1,4 @@
-"""``python -m bench`` (or ``speech-gateway bench``): load runs, smoke runs, overhead runs.
+"""``python -m bench``: load runs, smoke runs, overhead runs.
 
 python -m bench run --url http://HOST:8000 --levels 1,4,16,64 --duration 30
 python -m bench run --url http://HOST:8000 --peer-url http://HOST:8095 --levels 1,16,64

@@ -33,7 +33,8 @@ from gateway.protocol import ErrorCode, ErrorDetail
 from gateway.speech_request import SpeechParams, parse_speech_request
 from gateway.state import GatewayState
 from gateway.voices import can_clone, cloning_unsupported, decode_clip
-from realtime_engine.audio import AudioFormatError, ContainerEncoder
+from realtime_engine.audio.containers import ContainerEncoder
+from realtime_engine.audio.errors import AudioFormatError
 from realtime_engine.engines.base import (
     EngineError,
     SegmentRequest,

@@ -7,7 +7,6 @@ import itertools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 from pydantic import BaseModel
@@ -28,9 +27,6 @@ from gateway.protocol import (
     TextAppend,
     TextFlush,
 )
-
-if TYPE_CHECKING:
-    from gateway.client.connection import Connection
 
 
 @dataclass
@@ -99,11 +95,12 @@ class Context:
 
     def __init__(
         self,
-        connection: Connection,
+        session_output: Callable[[], OutputConfig],
         state: ContextState,
         send: Callable[[BaseModel], Awaitable[None]],
     ) -> None:
-        self._connection = connection
+        # The session's output settings when the context opens (they apply to it).
+        self._session_output = session_output
         self._state = state
         self._send = send
         self._decoder: FrameDecoder | None = None
@@ -132,7 +129,7 @@ class Context:
 
     async def append(self, text: str) -> None:
         if self._state.output is None:
-            self._state.output = self._connection.session.config.output.model_copy()
+            self._state.output = self._session_output().model_copy()
         await self._send(TextAppend(context_id=self.id, text=text))
         if self.first_text_sent_at is None:
             self.first_text_sent_at = time.perf_counter()

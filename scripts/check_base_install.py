@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,10 +27,13 @@ LISTENING = re.compile(r"listening on ([\d.]+):(\d+)")
 
 
 def base_venv(where: Path) -> Path:
-    venv.EnvBuilder(with_pip=True).create(where)
-    python = where / "bin" / "python"
+    venv.EnvBuilder(with_pip=True).create(where / "venv")
+    python = where / "venv" / "bin" / "python"
+    # From a copy: building in place would leave build/ in the checkout.
+    skip = shutil.ignore_patterns(".*", "build", "dist", "*.egg-info", "__pycache__", "node_modules")
+    source = shutil.copytree(ROOT, where / "src", ignore=skip)
     pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    subprocess.run([*pip, str(ROOT)], check=True)
+    subprocess.run([*pip, str(source)], check=True)
     return python
 
 
@@ -64,7 +68,7 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="base-install-") as tmp:
         print("[base install] pip install . into a fresh venv")
-        python = base_venv(Path(tmp) / "venv")
+        python = base_venv(Path(tmp))
         proc, url = start_server(args.engine)
         try:
             env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}

@@ -12,6 +12,7 @@ are delivered, which also drops the extra step an async scheduler may run.
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import logging
 import secrets
@@ -315,6 +316,8 @@ class VllmTalkerRunner:
             await self.abort(stream.request.request_id)
         self._engine.shutdown()
         self._receiver.close()
-        # Drop the engine while the interpreter is fully alive: its finaliser
-        # fails when it only runs at interpreter exit.
+        # Drop the engine and collect it while the interpreter is fully alive:
+        # it sits in reference cycles, and its finaliser fails (TypeError)
+        # when the collector only reaches it at interpreter exit.
         self._engine = None
+        gc.collect()

@@ -30,7 +30,7 @@ def base_venv(where: Path) -> Path:
     venv.EnvBuilder(with_pip=True).create(where / "venv")
     python = where / "venv" / "bin" / "python"
     # From a copy: building in place would leave build/ in the checkout.
-    skip = shutil.ignore_patterns(".*", "build", "dist", "*.egg-info", "__pycache__", "node_modules")
+    skip = shutil.ignore_patterns(".*", "build", "dist", "*.egg-info", "__pycache__", "node_*")
     source = shutil.copytree(ROOT, where / "src", ignore=skip)
     pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     subprocess.run([*pip, str(source)], check=True)

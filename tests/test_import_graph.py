@@ -25,7 +25,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("realtime_engine.tools", "realtime_engine"),
     ("gateway.protocol",),
     ("gateway.client",),
-    ("gateway",),
+    ("gateway",),  # settings, auth, metrics, state, voices, web_demo
+    ("gateway.realtime", "gateway.http"),
     ("gateway.app", "gateway.cli"),
     ("bench",),
 )

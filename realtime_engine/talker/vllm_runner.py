@@ -12,7 +12,6 @@ are delivered, which also drops the extra step an async scheduler may run.
 from __future__ import annotations
 
 import asyncio
-import gc
 import itertools
 import logging
 import secrets
@@ -314,10 +313,14 @@ class VllmTalkerRunner:
             return
         for stream in list(self._streams.values()):
             await self.abort(stream.request.request_id)
-        self._engine.shutdown()
+        engine, self._engine = self._engine, None
+        engine.shutdown()
         self._receiver.close()
-        # Drop the engine and collect it while the interpreter is fully alive:
-        # it sits in reference cycles, and its finaliser fails (TypeError)
-        # when the collector only reaches it at interpreter exit.
-        self._engine = None
-        gc.collect()
+        # AsyncLLM's finaliser shuts down again; vLLM keeps references to the
+        # engine, so that can happen at interpreter exit, after vLLM's module
+        # globals are gone (TypeError). It is shut down: make that a no-op.
+        engine.shutdown = _already_shut_down
+
+
+def _already_shut_down(timeout: float | None = None) -> None:
+    """Stands in for ``AsyncLLM.shutdown`` once the runner has shut the engine down."""

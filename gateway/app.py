@@ -25,7 +25,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
-from gateway import availability, safe_json
+from gateway import availability
+from gateway import protocol_safe_json as safe_json
 from gateway.auth import AuthError
 from gateway.engine_health import watch_engine
 from gateway.metrics import EngineStatsSampler

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -52,13 +51,11 @@ from realtime_engine.engines.base import (
     VoiceReference,
 )
 from realtime_engine.engines.continuity import VoiceContinuity
-from realtime_engine.talker.types import NUM_CODEBOOKS, TalkerSampling
+from realtime_engine.talker.types import TalkerSampling
 
 log = logging.getLogger("gateway.contexts")
 VoiceResolver = Callable[[str], Awaitable[VoiceReference | None]]
 
-# Higgs codec frames per second; caps a segment's engine budget.
-CODEC_FRAMES_PER_S = 25
 # How long a context failed from outside waits for its task's cleanup.
 FAIL_UNWIND_S = 1.0
 
@@ -87,8 +84,7 @@ def to_engine_request(
         voice=cfg.voice,
         sampling=sampling,
         chunking=chunking,
-        # The delay pattern spends NUM_CODEBOOKS - 1 extra rows before the last frame.
-        max_new_tokens=math.ceil(cfg.max_audio_seconds * CODEC_FRAMES_PER_S) + NUM_CODEBOOKS - 1,
+        max_audio_seconds=cfg.max_audio_seconds,
         timings=timings,
         reference=reference,
         continuity=continuity,

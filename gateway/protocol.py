@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
-from gateway import safe_json
+from gateway import protocol_safe_json as safe_json
 from gateway.protocol_config import NATIVE_SAMPLE_RATE as NATIVE_SAMPLE_RATE
 from gateway.protocol_config import PRESETS as PRESETS
 from gateway.protocol_config import READ_ONLY_SESSION_FIELDS as READ_ONLY_SESSION_FIELDS

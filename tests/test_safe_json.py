@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway import safe_json
+from gateway import protocol_safe_json as safe_json
 from gateway.protocol import ErrorCode, ErrorDetail, ErrorEvent, ProtocolError, parse_client_event
 
 

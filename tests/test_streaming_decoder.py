@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from realtime_engine.codec.decoder import CodecDecoder, load_codec_decoder
+from realtime_engine.codec.delay import apply_delay
 from realtime_engine.codec.errors import CodecInputError, InvalidChunkingError, StreamStateError
 from realtime_engine.codec.layout import CodecDims, random_codec_state_dict
 from realtime_engine.codec.presets import (
@@ -31,7 +32,6 @@ from realtime_engine.codec.streaming import (
     run_jobs,
 )
 from realtime_engine.engines.base import ChunkingParams
-from realtime_engine.talker.delay import apply_delay
 from realtime_engine.talker.types import BOC, EOC
 
 HOP = 960

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from realtime_engine.codec.delay import apply_delay
 from realtime_engine.codec.streaming import StreamingDecoder
-from realtime_engine.engines.base import ChunkingParams
-from realtime_engine.talker.delay import apply_delay
+from realtime_engine.format import FRAME_SAMPLES, FRAMES_PER_SECOND, ChunkingParams
 
-FRAME_S = 0.04  # one codec frame: 960 samples at 24 kHz
-REAL_TIME_ROWS_PER_S = 1.0 / FRAME_S  # one row per frame of audio
+FRAME_S = 1.0 / FRAMES_PER_SECOND  # one codec frame
+REAL_TIME_ROWS_PER_S = float(FRAMES_PER_SECOND)  # one row per frame of audio
 # Arrival and deadline computed along different float paths may differ by
 # rounding; a chunk that arrives within this of its deadline is on time.
 ON_TIME_TOLERANCE_S = 1e-9
@@ -49,7 +49,7 @@ class PlaybackReport:
 
 def _silence(codes: np.ndarray) -> np.ndarray:
     """A decode_fn for planning only (chunk_arrivals never decodes)."""
-    return np.zeros((codes.shape[0], codes.shape[-1] * 960), dtype=np.float32)
+    return np.zeros((codes.shape[0], codes.shape[-1] * FRAME_SAMPLES), dtype=np.float32)
 
 
 def chunk_arrivals(

@@ -47,11 +47,8 @@ from realtime_engine.codec.presets import (
     next_chunk_frames,
     validate_chunking,
 )
-from realtime_engine.engines.base import ChunkingParams
-from realtime_engine.talker.types import EOC, NUM_CODEBOOKS
-
-HOP = 960
-CODEBOOK_SIZE = 1024
+from realtime_engine.format import CODEBOOK_SIZE, EOC, NUM_CODEBOOKS, ChunkingParams
+from realtime_engine.format import FRAME_SAMPLES as HOP
 
 # codes [B, Q, W] int64 -> pcm [B, hop * W] (or [B, 1, hop * W]) float32
 DecodeFn = Callable[[np.ndarray], np.ndarray]

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gateway.protocol.frame_header import HEADER_SIZE, pack_frame, parse_frame
 from realtime_engine.audio.errors import FrameFormatError
-from realtime_engine.audio.frame_header import HEADER_SIZE, pack_frame, parse_frame
 
 u16 = st.integers(0, 0xFFFF)
 u32 = st.integers(0, 0xFFFFFFFF)

@@ -196,7 +196,7 @@ def test_at_real_time_any_growth_costs_its_size_in_stall(
 
 
 def test_session_chunking_carries_the_growth_to_the_engine() -> None:
-    from gateway.protocol_config import Chunking, SessionConfig, apply_session_update
+    from gateway.protocol.config import Chunking, SessionConfig, apply_session_update
 
     session = SessionConfig()
     assert session.chunking is not None and session.chunking.chunk_growth == 1.5

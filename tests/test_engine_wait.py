@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gateway.engine_wait import EngineStalledError, next_chunk_or_stall
+from gateway.realtime.engine_wait import EngineStalledError, next_chunk_or_stall
 from realtime_engine.engines.base import EngineError
 
 

@@ -161,6 +161,6 @@ def test_the_client_sdk_imports_only_the_protocol_and_the_format() -> None:
     # the package roots and the frame header's error type are import-free
     assert outside <= {
         "gateway",
-        "realtime_engine.audio.frame_header",
+        "gateway.protocol.frame_header",
         "realtime_engine.audio.errors",
     }

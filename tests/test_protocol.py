@@ -43,7 +43,7 @@ from gateway.protocol import (
     parse_server_event,
     unpack_audio_frame,
 )
-from realtime_engine.audio.frame_header import pack_frame, parse_frame
+from gateway.protocol.frame_header import pack_frame, parse_frame
 
 SESSION = SessionConfig(id="sess_1", model="m")
 

@@ -16,7 +16,7 @@ speaker, so a reply could change voice mid-sentence. The policy
   anchor never moves once set, so the voice does not drift segment to
   segment.
 
-Segments of a context run one after another (``gateway.contexts``), so a
+Segments of a context run one after another (``gateway.realtime.contexts``), so a
 segment always sees the anchor its predecessors left. Sans-I/O: the engine
 calls :meth:`record` after a segment finished normally.
 """

@@ -28,16 +28,16 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
 from gateway.availability import refusal
-from gateway.http_errors import (
+from gateway.http.errors import (
     ApiError,
     authenticate,
     bad_request,
     error_response,
     parse_json_body,
 )
-from gateway.http_voices import voice_routes
+from gateway.http.speech_request import SpeechParams, parse_speech_request
+from gateway.http.voices import voice_routes
 from gateway.protocol import ErrorCode, ErrorDetail
-from gateway.speech_request import SpeechParams, parse_speech_request
 from gateway.state import GatewayState
 from gateway.voice_clips import MIN_REFERENCE_SECONDS
 from gateway.voices import can_clone, cloning_unsupported, decode_clip

@@ -16,13 +16,13 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel
 
-from gateway.context_stats import ContextStats
 from gateway.metrics import GatewayMetrics
 from gateway.protocol import ContextCancelled, ContextDone, ErrorEvent, dump_event
+from gateway.realtime.context_stats import ContextStats
 
 
 class ContextWorker(Protocol):
-    """What the writer reads of a context's worker (``gateway.contexts.ContextWorker``)."""
+    """What the writer reads of a context's worker (``gateway.realtime.contexts.ContextWorker``)."""
 
     @property
     def context_id(self) -> str: ...

@@ -238,7 +238,7 @@ def test_session_update_merging_rules() -> None:
     pts=st.integers(0, 0xFFFFFFFF),
     payload=st.binary(max_size=40),
 )
-def test_frame_header_round_trip_and_agrees_with_the_audio_package(
+def test_frame_header_round_trip_and_agrees_with_the_header_codec(
     stream: int, seq: int, pts: int, payload: bytes
 ) -> None:
     data = pack_audio_frame(stream, seq, pts, payload)

@@ -1,8 +1,8 @@
 """Binary audio frames of protocol v1 (server to client).
 
 Re-exported by ``gateway.protocol``; import from there. The header codec
-itself lives with the audio encoders (``gateway.protocol.frame_header``)
-so the server, the SDK and the bench share one implementation.
+itself is ``gateway.protocol.frame_header``, one implementation for the
+server, the SDK and the bench.
 """
 
 from __future__ import annotations

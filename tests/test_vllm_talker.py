@@ -296,8 +296,7 @@ def test_prefill_is_stamped_when_the_first_row_arrives(
 def clone_prompts(tiny_checkpoint: Path, tokenizer: HiggsTokenizer) -> list[TalkerPrompt]:
     """Clone prompts as the engine builds them: a reference clip through the codec
     encoder, and a later segment of a context anchored on the first one's codes."""
-    from realtime_engine.talker.delay import sanitize_codes
-
+    from realtime_engine.codec.delay import sanitize_codes
     from realtime_engine.codec.encoder import load_codec_encoder
     from realtime_engine.engines.continuity import VoiceContinuity
     from realtime_engine.model.checkpoint import CodecView, SafetensorsCheckpoint

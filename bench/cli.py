@@ -1,4 +1,4 @@
-"""``python -m bench`` (or ``speech-gateway bench``): load runs, smoke runs, overhead runs.
+"""``python -m bench``: load runs, smoke runs, overhead runs.
 
 python -m bench run --url http://HOST:8000 --levels 1,4,16,64 --duration 30
 python -m bench run --url http://HOST:8000 --peer-url http://HOST:8095 --levels 1,16,64
@@ -23,6 +23,7 @@ from bench.report import stage_table
 from bench.sweep import SweepConfig, new_result, sweep, table
 from bench.targets import GatewayTarget, SpeechHttpTarget, steps_for_audio
 from bench.textfeed import TEXTS
+from realtime_engine.format import SAMPLE_RATE
 
 
 def _levels(spec: str) -> list[float]:
@@ -54,7 +55,7 @@ def _output(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", type=float, default=30.0, help="measurement window (s)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--format", default="opus", choices=("opus", "pcm16", "pcm_f32", "mulaw"))
-    p.add_argument("--sample-rate", type=int, default=24000)
+    p.add_argument("--sample-rate", type=int, default=SAMPLE_RATE)
     p.add_argument("--no-decode", action="store_true", help="do not decode audio on the client")
     p.add_argument("--no-progress", action="store_true")
 

@@ -29,7 +29,8 @@ import torch
 
 from realtime_engine.codec.decoder import CODEC_PRECISIONS, CodecDecoder
 from realtime_engine.codec.layout import CodecDims
-from realtime_engine.codec.presets import FRAMES_PER_SECOND, PRESETS
+from realtime_engine.codec.presets import PRESETS
+from realtime_engine.format import FRAMES_PER_SECOND
 
 
 def steady_window(preset: str) -> tuple[int, int]:

@@ -30,6 +30,7 @@ from bench.stats import summarize
 from bench.sysinfo import describe
 from gateway.client import AudioChunk, ClientError, connect
 from gateway.protocol import ContextDone, SegmentStarted
+from realtime_engine.format import SAMPLE_RATE
 
 
 @dataclass
@@ -41,7 +42,7 @@ class OverheadConfig:
     warmup_s: float = 8.0
     duration_s: float = 20.0
     output_format: str = "pcm16"
-    sample_rate: int = 24000
+    sample_rate: int = SAMPLE_RATE
     frame_ms: int = 20
     decode: bool = False
     seed: int = 0

@@ -4,7 +4,6 @@ or against an OpenAI-style streaming ``/v1/audio/speech`` endpoint (the peer).""
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,17 +14,14 @@ from bench.records import ChunkArrival, StreamRecord
 from bench.textfeed import schedule
 from gateway.client import AudioChunk, ClientError, Context, connect
 from gateway.protocol import ContextCancelled, ContextDone, SegmentStarted
+from realtime_engine.format import SAMPLE_RATE, rows_for_seconds
 
-PCM16_BYTES_PER_S = 24000 * 2
-# Higgs codec frames per second, and the rows the delay pattern adds after the
-# last frame (a request of N + 7 talker steps gives N frames of 40 ms).
-CODEC_FRAMES_PER_S = 25
-DELAY_TAIL_ROWS = 7
+PCM16_BYTES_PER_S = SAMPLE_RATE * 2
 
 
 def steps_for_audio(seconds: float) -> int:
     """Talker steps (``max_new_tokens``) for ``seconds`` of audio, e.g. 10 s -> 257."""
-    return math.ceil(seconds * CODEC_FRAMES_PER_S) + DELAY_TAIL_ROWS
+    return rows_for_seconds(seconds)
 
 
 def _describe(e: BaseException) -> str:
@@ -40,7 +36,7 @@ class GatewayTarget:
     api_key: str | None = None
     tokens_per_s: float | None = None  # None: the whole text in one append
     output_format: str = "opus"
-    sample_rate: int = 24000
+    sample_rate: int = SAMPLE_RATE
     voice: str | None = None
     session: dict[str, Any] = field(default_factory=dict)  # extra session.update fields
     decode: bool = True

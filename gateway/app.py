@@ -25,12 +25,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
-from gateway import availability, safe_json
+from gateway import availability
 from gateway.auth import AuthError
 from gateway.engine_health import watch_engine
 from gateway.metrics import EngineStatsSampler
-from gateway.outbound import OutClose
-from gateway.pipeline import KeyContextQuota, SegmenterFactory, SessionPipeline
 from gateway.protocol import (
     CLOSE_POLICY,
     CLOSE_SERVER_ERROR,
@@ -41,8 +39,11 @@ from gateway.protocol import (
     ErrorEvent,
     SessionConfig,
     dump_event,
+    safe_json,
 )
-from gateway.segmenting import default_segmenter_factory
+from gateway.realtime.outbound import OutClose
+from gateway.realtime.pipeline import KeyContextQuota, SegmenterFactory, SessionPipeline
+from gateway.realtime.segmenting import default_segmenter_factory
 from gateway.settings import GatewaySettings
 from gateway.state import GatewayState, VoiceRegistry
 from gateway.web_demo import demo_routes, find_demo_dir
@@ -93,7 +94,7 @@ def _reader(stats: Callable[[], object], field: str) -> Callable[[], float]:
 def _http_routes(state: GatewayState) -> list[BaseRoute]:
     """Routes of the OpenAI-compatible HTTP module, when it is installed."""
     try:
-        module = importlib.import_module("gateway.http_speech")
+        module = importlib.import_module("gateway.http.speech")
     except ImportError:
         return []
     routes = getattr(module, "routes", None)

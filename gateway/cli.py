@@ -17,9 +17,14 @@ from gateway.protocol import Limits
 from gateway.settings import GatewaySettings
 from gateway.state import GatewayState
 from realtime_engine.engines.base import EngineError, SpeechEngine
+from realtime_engine.talker.backends import (
+    TALKER_BACKENDS,
+    TalkerOptions,
+    TalkerOptionsError,
+    talker_options,
+)
 
 ENGINES = ("auto", "higgs", "cpu-voice", "fake")
-TALKER_BACKENDS = ("auto", "vllm", "reference")
 # realtime_engine.codec.decoder.CODEC_PRECISIONS, spelled out: importing the codec pulls in torch
 CODEC_PRECISIONS = ("fp32", "tf32", "bf16")
 
@@ -58,8 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=_json_object,
         default=None,
         metavar="JSON",
-        help="options for the vLLM talker engine, e.g. "
-        '\'{"max_num_seqs": 256, "gpu_memory_utilization": 0.8}\' (default max_num_seqs 256)',
+        help="options of the chosen talker backend (realtime_engine.talker.backends), e.g. "
+        '\'{"max_num_seqs": 256, "gpu_memory_utilization": 0.8}\' for vllm (default '
+        "max_num_seqs 256) or '{\"max_batch\": 8}' for reference; an unknown key is an error",
     )
     serve.add_argument(
         "--codec-precision",
@@ -73,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=64,
         help="most chunk windows per codec call (the codec runs beside the talker)",
+    )
+    serve.add_argument(
+        "--model-name",
+        help="the model name sessions, /ready and /v1/models report (default: the engine's id)",
     )
     serve.add_argument("--max-sessions", type=int, help="concurrent WebSocket sessions")
     serve.add_argument("--max-contexts", type=int, help="open contexts per session")
@@ -107,11 +117,6 @@ def build_parser() -> argparse.ArgumentParser:
         '"die_after_segments": 30}\' (docs/reliability.md)',
     )
     serve.add_argument("--log-level", default="info")
-    commands.add_parser(
-        "bench",
-        help="benchmark a running gateway (see `speech-gateway bench --help`)",
-        add_help=False,
-    )
     return parser
 
 
@@ -133,12 +138,25 @@ def resolve_engine_kind(engine: str, model: str | None) -> str:
     return engine
 
 
+def engine_talker_options(
+    kind: str, talker: str, raw: dict[str, object] | None
+) -> TalkerOptions | None:
+    """The Higgs engine's typed talker options, resolved once; ``SystemExit`` on bad ones."""
+    if kind != "higgs":
+        if raw:
+            raise SystemExit(f"--talker-options apply to --engine higgs only, not {kind}")
+        return None
+    try:
+        return talker_options(talker, raw)
+    except TalkerOptionsError as e:
+        raise SystemExit(f"speech-gateway: error: {e}") from e
+
+
 def build_engine(
     kind: str,
     model: str | None,
     device: str | None,
-    talker: str = "auto",
-    talker_options: dict[str, object] | None = None,
+    talker: TalkerOptions | None = None,
     codec_precision: str = "fp32",
     codec_batch: int = 64,
     fake_options: dict[str, object] | None = None,
@@ -161,8 +179,7 @@ def build_engine(
     engine: SpeechEngine = HiggsEngine.from_pretrained(
         model or "tiny",
         device,
-        backend=talker,
-        runner_options=talker_options,
+        talker=talker,
         codec_precision=codec_precision,
         codec_batch=codec_batch,
     )
@@ -187,6 +204,7 @@ def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
         voice_cache_entries=getattr(args, "voice_cache", None),
         drain_timeout_s=args.drain_timeout,
         exit_on_engine_death=args.exit_on_engine_death or None,
+        model_name=args.model_name,
     )
 
 
@@ -256,14 +274,10 @@ async def serve(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["bench"]:
-        from bench.cli import main as bench_main
-
-        return bench_main(argv[1:])
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     settings = settings_from_args(args)
     kind = resolve_engine_kind(args.engine, args.model)
+    talker = engine_talker_options(kind, args.talker, args.talker_options)
     _say(f"loading the {kind} engine" + (f" from {args.model}" if args.model else ""))
     loading = time.perf_counter()
     try:
@@ -271,8 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             kind,
             args.model,
             args.device,
-            args.talker,
-            args.talker_options,
+            talker,
             args.codec_precision,
             args.codec_batch,
             args.fake_options,

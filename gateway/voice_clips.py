@@ -17,9 +17,9 @@ import av
 import numpy as np
 
 from gateway.protocol import decode_audio_payload
+from realtime_engine.format import FRAME_SAMPLES as CODEC_FRAME_SAMPLES
+from realtime_engine.format import SAMPLE_RATE as CLIP_SAMPLE_RATE
 
-CLIP_SAMPLE_RATE = 24_000
-CODEC_FRAME_SAMPLES = 960  # one codec frame at 24 kHz (40 ms)
 MAX_TRANSCRIPT_CHARS = 2_000
 MIN_REFERENCE_SECONDS = 1.0  # the codec encoder needs at least 1 s
 # Sources above this rate cost more to decode than they can add to a 24 kHz voice.

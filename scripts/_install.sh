@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Shared install steps for scripts/serve.sh and scripts/test.sh.
 # Usage: source scripts/_install.sh; install_system_packages; install_python_env EXTRAS
+# EXTRAS: comma-separated pyproject extras (server, bench, gpu, cpu-vllm, dev); empty: the client.
 set -euo pipefail
 
 VENV=${VENV:-.venv}
@@ -35,7 +36,12 @@ install_python_env() {
   # shellcheck disable=SC1091
   . "$VENV/bin/activate"
   python -m pip install -q -U pip
-  python -c "import torch" 2>/dev/null || python -m pip install -q "$TORCH_SPEC"
+  # torch first, from TORCH_SPEC, for the extras that need it (the base
+  # install, the client SDK, does not).
+  case ",$extras," in
+    *,server,* | *,gpu,* | *,cpu-vllm,*)
+      python -c "import torch" 2>/dev/null || python -m pip install -q "$TORCH_SPEC" ;;
+  esac
   if [ -n "$extras" ]; then
     python -m pip install -q -e ".[$extras]"
   else

@@ -7,5 +7,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_install.sh
 install_system_packages
-install_python_env "${EXTRAS:-}"
+# The server extra always; EXTRAS adds more (e.g. EXTRAS=gpu for vLLM on CUDA).
+install_python_env "server${EXTRAS:+,$EXTRAS}"
 exec speech-gateway serve "$@"

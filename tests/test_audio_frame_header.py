@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from realtime_engine.audio import HEADER_SIZE, FrameFormatError, pack_frame, parse_frame
+from gateway.protocol.frame_header import HEADER_SIZE, pack_frame, parse_frame
+from realtime_engine.audio.errors import FrameFormatError
 
 u16 = st.integers(0, 0xFFFF)
 u32 = st.integers(0, 0xFFFFFFFF)

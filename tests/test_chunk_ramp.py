@@ -196,13 +196,10 @@ def test_at_real_time_any_growth_costs_its_size_in_stall(
 
 
 def test_session_chunking_carries_the_growth_to_the_engine() -> None:
-    from gateway.protocol_config import PRESETS as WIRE_PRESETS
-    from gateway.protocol_config import Chunking, SessionConfig, apply_session_update
+    from gateway.protocol.config import Chunking, SessionConfig, apply_session_update
 
     session = SessionConfig()
     assert session.chunking is not None and session.chunking.chunk_growth == 1.5
-    for name, wire in WIRE_PRESETS.items():
-        assert ChunkingParams(**wire.model_dump()) == PRESETS[name]
     custom = apply_session_update(session, {"chunking": {"chunk_growth": 2.0}})
     assert custom.latency_preset == "custom" and custom.chunking is not None
     assert chunk_schedule(ChunkingParams(**custom.chunking.model_dump())) == [2, 4, 8, 15]

@@ -129,11 +129,19 @@ async def test_server_transport_limits_and_pings() -> None:
         await asyncio.wait_for(task, 10)
 
 
-def test_bench_subcommand_forwards_to_the_bench_cli(capsys: pytest.CaptureFixture[str]) -> None:
-    from gateway.cli import main
+def test_the_bench_has_its_own_entry_point_and_serve_does_not_import_it() -> None:
+    from gateway.cli import build_parser
 
-    with pytest.raises(SystemExit) as exit_info:
-        main(["bench", "--help"])
-    assert exit_info.value.code == 0
-    out = capsys.readouterr().out
-    assert "smoke" in out and "overhead" in out
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["bench"])
+    code = (
+        "import sys, gateway.cli; "
+        "sys.exit(1 if any(m.split('.')[0] == 'bench' for m in sys.modules) else 0)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_model_name_flag_names_the_served_model() -> None:
+    args = build_parser().parse_args(["serve", "--model-name", "house-voice"])
+    assert settings_from_args(args).model_name == "house-voice"
+    assert settings_from_args(build_parser().parse_args(["serve"])).model_name == ""

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from realtime_engine.talker.delay import (
+from realtime_engine.codec.delay import (
     DelayPatternError,
     StreamingReverter,
     apply_delay,

@@ -22,6 +22,7 @@ from realtime_engine.engines.base import (
 from realtime_engine.engines.higgs import CloneVoice, HiggsEngine, speed_tag
 from realtime_engine.model.loader import LoadedTalker, load_talker
 from realtime_engine.model.prompts import build_zero_shot_prompt
+from realtime_engine.talker.backends import ReferenceOptions
 from realtime_engine.talker.reference_runner import ReferenceRunner
 from realtime_engine.talker.types import TalkerError, TalkerRequest, TalkerSampling
 
@@ -110,6 +111,15 @@ async def test_max_new_tokens_caps_the_audio(engine: HiggsEngine) -> None:
     request = _segment("cap", frames=None, max_new_tokens=12)
     chunks = await _chunks(engine.synthesize(request))
     assert sum(c.size for c in chunks) == 5 * HOP
+
+
+async def test_max_audio_seconds_becomes_the_engines_own_row_budget(engine: HiggsEngine) -> None:
+    # 0.2 s is 5 frames; the engine adds the rows its delay pattern needs.
+    request = _segment("secs", frames=None, max_audio_seconds=0.2)
+    chunks = await _chunks(engine.synthesize(request))
+    assert sum(c.size for c in chunks) == 5 * HOP
+    both = _segment("both", frames=None, max_audio_seconds=10.0, max_new_tokens=10)
+    assert sum(c.size for c in await _chunks(engine.synthesize(both))) == 3 * HOP
 
 
 async def test_duplicate_request_id_does_not_disturb_the_first(engine: HiggsEngine) -> None:
@@ -251,13 +261,9 @@ async def test_start_is_idempotent_and_from_pretrained_works(tiny_checkpoint: Pa
 async def test_auto_backend_without_a_gpu_uses_the_reference_runner(tiny_checkpoint: Path) -> None:
     if torch.cuda.is_available():
         pytest.skip("with a GPU, auto picks vLLM")
-    eng = HiggsEngine.from_pretrained(
-        tiny_checkpoint, "cpu", backend="auto", runner_options={"max_batch": 2}
-    )
+    eng = HiggsEngine.from_pretrained(tiny_checkpoint, "cpu", talker=ReferenceOptions(max_batch=2))
     try:
         chunks = await _chunks(eng.synthesize(_segment("auto", frames=3)))
         assert sum(c.size for c in chunks) == 3 * HOP
     finally:
         await eng.close()
-    with pytest.raises(EngineError, match="backend"):
-        HiggsEngine.from_pretrained(tiny_checkpoint, backend="tensorrt")

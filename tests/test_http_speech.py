@@ -18,7 +18,7 @@ import pytest_asyncio
 from live_server import live_server
 from starlette.applications import Starlette
 
-from gateway.http_speech import routes
+from gateway.http.speech import routes
 from gateway.settings import GatewaySettings
 from gateway.state import GatewayState
 from gateway.voices import VoiceLibrary

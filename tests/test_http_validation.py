@@ -17,14 +17,14 @@ from hypothesis import strategies as st
 from live_server import live_server
 from starlette.applications import Starlette
 
-from gateway.http_speech import routes
-from gateway.settings import GatewaySettings
-from gateway.speech_request import (
+from gateway.http.speech import routes
+from gateway.http.speech_request import (
     KNOWN_FIELDS,
     RESPONSE_FORMATS,
     ApiError,
     parse_speech_request,
 )
+from gateway.settings import GatewaySettings
 from gateway.state import GatewayState
 from gateway.voices import VoiceLibrary
 from realtime_engine.engines.fake import FakeEngine

@@ -6,7 +6,7 @@ import gc
 from dataclasses import dataclass
 
 from gateway.metrics import EngineStatsSampler, GatewayMetrics
-from gateway.outbound import Outbound, OutClose
+from gateway.realtime.outbound import Outbound, OutClose
 
 
 @dataclass(frozen=True)

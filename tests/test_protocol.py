@@ -43,7 +43,7 @@ from gateway.protocol import (
     parse_server_event,
     unpack_audio_frame,
 )
-from realtime_engine.audio.frame_header import pack_frame, parse_frame
+from gateway.protocol.frame_header import pack_frame, parse_frame
 
 SESSION = SessionConfig(id="sess_1", model="m")
 
@@ -238,7 +238,7 @@ def test_session_update_merging_rules() -> None:
     pts=st.integers(0, 0xFFFFFFFF),
     payload=st.binary(max_size=40),
 )
-def test_frame_header_round_trip_and_agrees_with_the_audio_package(
+def test_frame_header_round_trip_and_agrees_with_the_header_codec(
     stream: int, seq: int, pts: int, payload: bytes
 ) -> None:
     data = pack_audio_frame(stream, seq, pts, payload)

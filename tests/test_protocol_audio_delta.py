@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.protocol import AudioDelta
-from gateway.protocol_audio_delta import AudioDeltaWriter
+from gateway.protocol.audio_delta import AudioDeltaWriter
 
 
 @given(

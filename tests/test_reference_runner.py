@@ -10,11 +10,11 @@ import pytest
 import torch
 from talker_support import FailingTalker
 
+from realtime_engine.codec.delay import apply_delay, revert_delay
 from realtime_engine.codec.streaming import rows_to_frames
 from realtime_engine.engines.base import ChunkingParams
 from realtime_engine.model.loader import LoadedTalker, load_talker
 from realtime_engine.model.prompts import build_zero_shot_prompt
-from realtime_engine.talker.delay import apply_delay, revert_delay
 from realtime_engine.talker.reference_runner import ReferenceRunner
 from realtime_engine.talker.types import (
     PcmChunk,

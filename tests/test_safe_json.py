@@ -8,8 +8,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway import safe_json
-from gateway.protocol import ErrorCode, ErrorDetail, ErrorEvent, ProtocolError, parse_client_event
+from gateway.protocol import (
+    ErrorCode,
+    ErrorDetail,
+    ErrorEvent,
+    ProtocolError,
+    parse_client_event,
+    safe_json,
+)
 
 
 @pytest.mark.parametrize("depth", [1, 5, 31, 32])

@@ -23,8 +23,8 @@ from gateway.protocol import (
     SessionCreated,
     SessionUpdated,
 )
-from gateway.segmenting import default_segmenter_factory
-from gateway.session import (
+from gateway.realtime.segmenting import default_segmenter_factory
+from gateway.realtime.session import (
     Action,
     CancelContext,
     Close,

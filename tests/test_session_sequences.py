@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.protocol import ContextCreated, ErrorEvent, Limits, SessionConfig
-from gateway.session import (
+from gateway.realtime.session import (
     Action,
     CancelContext,
     Close,

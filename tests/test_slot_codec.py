@@ -13,11 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from realtime_engine.codec.decoder import CodecDecoder, load_codec_decoder
+from realtime_engine.codec.delay import apply_delay
 from realtime_engine.codec.layout import CodecDims, random_codec_state_dict
 from realtime_engine.codec.presets import PRESETS, get_preset
 from realtime_engine.codec.streaming import StreamingDecoder, rows_to_frames
 from realtime_engine.engines.base import ChunkingParams
-from realtime_engine.talker.delay import apply_delay
 from realtime_engine.talker.slot_codec import ChunkPlan, SlotCodec
 
 SLOTS = 4

@@ -20,8 +20,8 @@ from starlette.testclient import TestClient
 
 from bench.report import SERVER_STAGES, server_metric_summaries, stage_table
 from gateway.app import create_app
-from gateway.contexts import ENGINE_STAGES, ContextStats
 from gateway.metrics import EngineStatsSampler, GatewayMetrics, batch_bucket
+from gateway.realtime.contexts import ENGINE_STAGES, ContextStats
 from gateway.settings import GatewaySettings
 from realtime_engine.engines.base import ChunkingParams, SegmentRequest, SegmentTimings
 from realtime_engine.engines.cpu_voice import CpuVoiceEngine

@@ -23,12 +23,12 @@ from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from realtime_engine.codec.decoder import CodecDecoder, load_codec_decoder
+from realtime_engine.codec.delay import apply_delay
 from realtime_engine.codec.errors import CodecInputError
 from realtime_engine.codec.layout import CodecDims, random_codec_state_dict
 from realtime_engine.codec.stream_core import StreamingCodec, frames_from_rows
 from realtime_engine.codec.streaming import rows_to_frames
-from realtime_engine.talker.delay import apply_delay
-from realtime_engine.talker.types import BOC, EOC
+from realtime_engine.format import BOC, EOC
 
 HOP = 960
 EXACT_F64 = 1e-9

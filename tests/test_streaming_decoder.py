@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from realtime_engine.codec.decoder import CodecDecoder, load_codec_decoder
+from realtime_engine.codec.delay import apply_delay
 from realtime_engine.codec.errors import CodecInputError, InvalidChunkingError, StreamStateError
 from realtime_engine.codec.layout import CodecDims, random_codec_state_dict
 from realtime_engine.codec.presets import (
@@ -38,9 +39,7 @@ from realtime_engine.codec.streaming import (
     rows_to_frames,
     run_jobs,
 )
-from realtime_engine.engines.base import ChunkingParams
-from realtime_engine.talker.delay import apply_delay
-from realtime_engine.talker.types import BOC, EOC
+from realtime_engine.format import BOC, EOC, ChunkingParams
 
 HOP = 960
 EXACT = 1e-6  # float64 codec, float32 chunks

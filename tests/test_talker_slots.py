@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from realtime_engine.talker.delay import revert_delay
+from realtime_engine.codec.delay import revert_delay
 from realtime_engine.talker.termination import eoc_bounds
 from realtime_engine.talker.types import BOC, CODEBOOK_VOCAB, EOC, NUM_CODEBOOKS
 from realtime_engine.talker.vllm_protocol import TalkerArgs

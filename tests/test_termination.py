@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from realtime_engine.talker.delay import apply_delay, revert_delay
+from realtime_engine.codec.delay import apply_delay, revert_delay
 from realtime_engine.talker.termination import (
     NEVER,
     BatchTermination,

@@ -17,11 +17,11 @@ import torch
 pytest.importorskip("zmq", reason="pyzmq comes with vllm; without it there is no transport")
 
 from realtime_engine.codec.decoder import CodecDecoder, load_codec_decoder
+from realtime_engine.codec.delay import apply_delay
 from realtime_engine.codec.layout import CodecDims, random_codec_state_dict
 from realtime_engine.codec.presets import get_preset
 from realtime_engine.codec.streaming import rows_to_frames
 from realtime_engine.engines.base import ChunkingParams
-from realtime_engine.talker.delay import apply_delay
 from realtime_engine.talker.vllm_audio import VllmAudio
 from realtime_engine.talker.vllm_protocol import FailureEvent, PcmEvent, RowEvent, TalkerArgs
 from realtime_engine.talker.vllm_publish import StepRows

@@ -18,11 +18,11 @@ import pytest
 import torch
 from vllm_support.cpu_env import apply_cpu_vllm_env, vllm_available
 
+from realtime_engine.codec.delay import apply_delay, revert_delay
 from realtime_engine.codec.streaming import rows_to_frames
 from realtime_engine.engines.base import ChunkingParams
 from realtime_engine.model.prompts import build_clone_prompt, build_zero_shot_prompt
 from realtime_engine.model.tokenizer import HiggsTokenizer
-from realtime_engine.talker.delay import apply_delay, revert_delay
 from realtime_engine.talker.types import (
     TalkerError,
     TalkerPrompt,
@@ -296,11 +296,11 @@ def test_prefill_is_stamped_when_the_first_row_arrives(
 def clone_prompts(tiny_checkpoint: Path, tokenizer: HiggsTokenizer) -> list[TalkerPrompt]:
     """Clone prompts as the engine builds them: a reference clip through the codec
     encoder, and a later segment of a context anchored on the first one's codes."""
+    from realtime_engine.codec.delay import sanitize_codes
     from realtime_engine.codec.encoder import load_codec_encoder
     from realtime_engine.engines.continuity import VoiceContinuity
     from realtime_engine.model.checkpoint import CodecView, SafetensorsCheckpoint
     from realtime_engine.model.loader import load_talker
-    from realtime_engine.talker.delay import sanitize_codes
     from realtime_engine.talker.reference_runner import ReferenceRunner
 
     encoder = load_codec_encoder(dict(CodecView(SafetensorsCheckpoint(tiny_checkpoint))))

@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from realtime_engine.codec.delay import apply_delay, revert_delay, sanitize_codes
 from realtime_engine.engines.base import SegmentRequest, VoiceReference
 from realtime_engine.engines.continuity import VoiceContinuity
 from realtime_engine.engines.higgs import HiggsEngine
 from realtime_engine.model.config import AUDIO_PLACEHOLDER_ID
 from realtime_engine.model.loader import LoadedTalker, load_talker
 from realtime_engine.model.prompts import build_clone_prompt, build_zero_shot_prompt
-from realtime_engine.talker.delay import apply_delay, revert_delay, sanitize_codes
 from realtime_engine.talker.reference_runner import ReferenceRunner
 from realtime_engine.talker.types import TalkerRequest, TalkerSampling
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from live_server import live_server
 from starlette.applications import Starlette
 
-from gateway.http_voices import voice_routes as routes
+from gateway.http.voices import voice_routes as routes
 from gateway.settings import GatewaySettings
 from gateway.state import GatewayState
 from gateway.voices import (

@@ -15,7 +15,7 @@ import pytest
 from pydantic import BaseModel
 
 from gateway import protocol as p
-from gateway.protocol_export import main, protocol_constants, render_protocol_js
+from gateway.protocol.export import main, protocol_constants, render_protocol_js
 
 DEMO = Path(__file__).resolve().parent.parent / "web_demo"
 JS_FILES = sorted(DEMO.glob("*.js"))
@@ -70,7 +70,7 @@ def _strip_comments_and_strings(source: str) -> str:
 
 def test_protocol_js_is_generated_from_the_current_models(tmp_path: Path) -> None:
     assert _source(DEMO / "protocol.js") == render_protocol_js(), (
-        "web_demo/protocol.js is stale: python -m gateway.protocol_export web_demo/protocol.js"
+        "web_demo/protocol.js is stale: python -m gateway.protocol.export web_demo/protocol.js"
     )
     assert main(["--check", str(DEMO / "protocol.js")]) == 0
     stale = tmp_path / "protocol.js"

@@ -12,9 +12,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from gateway.app import create_app
-from gateway.contexts import to_engine_request
 from gateway.protocol import SessionConfig, apply_session_update, unpack_audio_frame
-from gateway.session import OpenContext
+from gateway.realtime.contexts import to_engine_request
+from gateway.realtime.session import OpenContext
 from gateway.settings import GatewaySettings
 from realtime_engine.engines.higgs import HiggsEngine
 

@@ -218,7 +218,9 @@ def test_manual_mode_and_flush_ids(client: TestClient, engine: FakeEngine) -> No
         t.until("session.updated")
         t.send(type="text.append", context_id="m", text="Wait for it. Really.")
         t.until("context.created")
-        time.sleep(0.1)
+        # The reader handles messages in order: by the pong, the append was
+        # taken and (manual mode) nothing was cut; tests/test_session.py
+        # checks the same rule on the state machine alone.
         t.send(type="ping", event_id="p")
         t.until("pong", reply_to="p")
         assert t.frames() == [] and t.events("segment.started") == []
@@ -407,7 +409,7 @@ def test_idle_sessions_are_closed() -> None:
         t.send(type="ping")  # activity restarts the idle clock
         t.until("pong")
         assert t.closed() == CLOSE_NORMAL
-        assert 0.29 <= time.perf_counter() - start < 3
+        assert time.perf_counter() - start >= 0.29  # never before the idle limit
 
 
 def test_max_sessions_refuses_with_1013() -> None:
@@ -424,7 +426,7 @@ def test_max_sessions_refuses_with_1013() -> None:
         for _ in range(3):  # slots are released when sessions end
             with connect(client) as t:
                 t.until("session.created")
-            deadline = time.perf_counter() + 2
+            deadline = time.perf_counter() + 30  # generous: only a hang fails
             while admission.sessions and time.perf_counter() < deadline:
                 time.sleep(0.01)
             assert admission.sessions == 0
@@ -449,9 +451,10 @@ def test_token_by_token_with_the_default_segmenter(engine: FakeEngine) -> None:
             t.send(type="text.append", context_id="tok", text=token + " ")
         first = t.until("segment.started")
         assert first["text"] == "Dr. Smith paid $3.14 for 1,000 apples."
-        time.sleep(0.4)  # past max_buffer_delay_ms: the rest is spoken without an end
-        t.send(type="ping", event_id="wait")
-        t.until("pong")
+        # Past max_buffer_delay_ms the rest is spoken without an end: wait for it.
+        spoken = first["text"]
+        while spoken.split() != text.split():
+            spoken += t.until("segment.started")["text"]
         t.send(type="context.end", context_id="tok")
         t.until("context.done")
     spoken = "".join(e["text"] for e in t.events("segment.started"))

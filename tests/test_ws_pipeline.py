@@ -71,8 +71,8 @@ def test_max_audio_seconds_cuts_a_runaway_segment() -> None:
     assert seg_done["end_ms"] == 500 and done["audio_ms"] == 500
     samples = sum(len(unpack_audio_frame(f).payload) // 2 for f in frames)
     assert samples == 12000
-    # 0.5 s of 25 Hz codec frames, plus the 7 rows the delay pattern adds.
-    assert engine.log.requests[0].max_new_tokens == 13 + 7
+    # The engine turns the cap into its own model steps.
+    assert engine.log.requests[0].max_audio_seconds == 0.5
     assert engine.log.aborted == [engine.log.requests[0].request_id]
 
 

@@ -1,4 +1,4 @@
-// Generated from gateway/protocol.py by `python -m gateway.protocol_export web_demo/protocol.js`.
+// Generated from gateway/protocol/ by `python -m gateway.protocol.export web_demo/protocol.js`.
 // Do not edit: regenerate it when the protocol changes.
 
 export const PROTOCOL_VERSION = 1;

@@ -163,7 +163,8 @@ def summary(out_dir: Path) -> str:
     lines = ["# H200 benchmark run", ""]
     env = out_dir / "env.txt"
     if env.is_file():
-        lines += ["## Machine and software", "", "```", env.read_text().strip(), "```", ""]
+        lines += ["## Machine and software", "", "<!-- not runnable: a record of the host -->"]
+        lines += ["```", env.read_text().strip(), "```", ""]
     for name, title in SECTIONS:
         path = out_dir / f"{name}.json"
         if not path.is_file():
@@ -199,7 +200,8 @@ def summary(out_dir: Path) -> str:
         lines += ["## CPU and GPU use over the run", "", *usage, ""]
     steps = out_dir / "steps.tsv"
     if steps.is_file():
-        lines += ["## Steps (name, status, seconds, note)", "", "```", steps.read_text().strip()]
+        lines += ["## Steps (name, status, seconds, note)", ""]
+        lines += ["<!-- not runnable: a log of the run -->", "```", steps.read_text().strip()]
         lines += ["```", ""]
     return "\n".join(lines)
 

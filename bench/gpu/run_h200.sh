@@ -112,9 +112,9 @@ GW_PYTHONPATH=$REPO${KIT_PATH:+:$PLUGIN_DIR:$KIT_PATH}${PYTHONPATH:+:$PYTHONPATH
 # the peer's: no plugin of ours (it registers the same architecture name)
 PEER_PYTHONPATH=$REPO${KIT_PATH:+:$KIT_PATH}
 
-# the gateway's talker needs Model Runner V2 and only its own vLLM plugin (vllm-omni, once
+# the gateway sets Model Runner V2 itself; it gets only its own vLLM plugin (vllm-omni, once
 # installed, registers a model under the same architecture name); the peer gets neither
-GW_ENV=(PYTHONPATH="$GW_PYTHONPATH" VLLM_USE_V2_MODEL_RUNNER=1 VLLM_PLUGINS=higgs_audio_v3)
+GW_ENV=(PYTHONPATH="$GW_PYTHONPATH" VLLM_PLUGINS=higgs_audio_v3)
 # talker_checks.sh leaves KEY=VALUE lines here (the sampler graphs off when they changed a row)
 if [ -s "$WORK/gateway.env" ]; then
   while read -r kv; do [ -n "$kv" ] && GW_ENV+=("$kv"); done < "$WORK/gateway.env"

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import io
 import wave
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
-import opuslib_next as opuslib
 
-from gateway.client.errors import ProtocolViolationError
+from gateway.client.errors import ClientError, ProtocolViolationError
 
 
 class FrameDecoder(Protocol):
@@ -67,18 +66,30 @@ class PcmDecoder:
         return self._convert(payload)
 
 
+def _opuslib() -> Any:
+    """opuslib_next, imported on first use: it loads the system libopus, which
+    PCM and mu-law streams never need."""
+    try:
+        import opuslib_next
+    except Exception as e:  # no libopus: opuslib raises a bare Exception
+        raise ClientError(
+            f"decoding Opus needs libopus (apt install libopus0), or ask for pcm16: {e}"
+        ) from e
+    return opuslib_next
+
+
 class OpusDecoder:
     """One libopus decoder per stream (Opus packets depend on their predecessors)."""
 
     def __init__(self, sample_rate: int) -> None:
         self.sample_rate = sample_rate
-        self._decoder = opuslib.Decoder(sample_rate, 1)
+        self._decoder = _opuslib().Decoder(sample_rate, 1)
         self._max_samples = sample_rate * 120 // 1000  # the longest Opus packet: 120 ms
 
     def decode(self, payload: bytes) -> np.ndarray:
         try:
             raw = self._decoder.decode_float(payload, self._max_samples)
-        except opuslib.OpusError as e:
+        except _opuslib().OpusError as e:
             raise ProtocolViolationError(f"undecodable Opus packet: {e}") from e
         return np.frombuffer(raw, dtype=np.float32).copy()
 

@@ -155,7 +155,7 @@ class Connection:
                 self._event_owner.popitem(last=False)
             await self.send(event.model_copy(update={"event_id": event_id}))
 
-        return Context(self, state, send_for)
+        return Context(lambda: self.session.config.output, state, send_for, owner=self)
 
     async def ping(self) -> float:
         """Round trip of a ``ping`` in seconds."""

@@ -7,7 +7,6 @@ import itertools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 from pydantic import BaseModel
@@ -15,6 +14,7 @@ from pydantic import BaseModel
 from gateway.client.audio import FrameDecoder, make_decoder, payload_duration_ms
 from gateway.client.errors import ClientError, error_from_detail
 from gateway.protocol import (
+    NATIVE_SAMPLE_RATE,
     ContextCancel,
     ContextCancelled,
     ContextCreated,
@@ -27,9 +27,6 @@ from gateway.protocol import (
     TextAppend,
     TextFlush,
 )
-
-if TYPE_CHECKING:
-    from gateway.client.connection import Connection
 
 
 @dataclass
@@ -98,11 +95,14 @@ class Context:
 
     def __init__(
         self,
-        connection: Connection,
+        session_output: Callable[[], OutputConfig],
         state: ContextState,
         send: Callable[[BaseModel], Awaitable[None]],
+        owner: object = None,
     ) -> None:
-        self._connection = connection
+        # The session's output settings when the context opens (they apply to it).
+        self._session_output = session_output
+        self._owner = owner
         self._state = state
         self._send = send
         self._decoder: FrameDecoder | None = None
@@ -113,9 +113,10 @@ class Context:
         return self._state.context_id
 
     @property
-    def connection(self) -> Connection:
-        """The connection this context lives on."""
-        return self._connection
+    def connection(self) -> object:
+        """The :class:`~gateway.client.connection.Connection` this context lives on
+        (typed loosely: that module imports this one, not the other way round)."""
+        return self._owner
 
     @property
     def stream(self) -> int | None:
@@ -136,7 +137,7 @@ class Context:
 
     async def append(self, text: str) -> None:
         if self._state.output is None:
-            self._state.output = self._connection.session.config.output.model_copy()
+            self._state.output = self._session_output().model_copy()
         await self._send(TextAppend(context_id=self.id, text=text))
         if self.first_text_sent_at is None:
             self.first_text_sent_at = time.perf_counter()
@@ -210,7 +211,8 @@ class Context:
     async def collect(self) -> Utterance:
         """Wait for the whole utterance and return it as one PCM array."""
         parts: list[np.ndarray] = []
-        sample_rate: int = self._state.output.sample_rate if self._state.output else 24000
+        output = self._state.output
+        sample_rate: int = output.sample_rate if output else NATIVE_SAMPLE_RATE
         async for chunk in self.audio():
             assert chunk.pcm is not None  # decoded by audio()
             parts.append(chunk.pcm)

@@ -8,6 +8,7 @@ from typing import Any
 from gateway.client.audio import to_wav
 from gateway.client.errors import ClientError
 from gateway.client.handshake import connect
+from gateway.protocol import NATIVE_SAMPLE_RATE
 
 
 async def speak_async(
@@ -16,7 +17,7 @@ async def speak_async(
     url: str = "ws://127.0.0.1:8000",
     voice: str | None = None,
     api_key: str | None = None,
-    sample_rate: int = 24000,
+    sample_rate: int = NATIVE_SAMPLE_RATE,
     session: dict[str, Any] | None = None,
     timeout: float = 300.0,
 ) -> bytes:
@@ -40,7 +41,7 @@ def speak(
     url: str = "ws://127.0.0.1:8000",
     voice: str | None = None,
     api_key: str | None = None,
-    sample_rate: int = 24000,
+    sample_rate: int = NATIVE_SAMPLE_RATE,
     session: dict[str, Any] | None = None,
     timeout: float = 300.0,
 ) -> bytes:

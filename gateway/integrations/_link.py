@@ -98,13 +98,15 @@ class GatewayLink:
             assert self._connection is not None
             return self._connection
 
-    async def discard(self, conn: Connection) -> None:
+    async def discard(self, conn: object) -> None:
         """``conn`` failed a send: drop it now, before its reader notices the close,
         so the next :meth:`connection` opens a new one."""
         async with self._lock:
-            if self._connection is conn:
+            dropped = self._connection if self._connection is conn else None
+            if dropped is not None:
                 self._connection = None
-        await conn.close()
+        if dropped is not None:
+            await dropped.close()
 
     async def wait_connected(self) -> Connection:
         """Wait until a connection is open (opened by someone else) and return it."""

@@ -45,8 +45,8 @@ from realtime_engine.audio.errors import AudioEncodeError, AudioFormatError, Uns
 from realtime_engine.audio.framer import SampleFramer
 from realtime_engine.audio.pcm import FloatArray, as_mono_float32, float_to_mulaw, float_to_s16
 from realtime_engine.audio.resample import StreamingResampler
+from realtime_engine.format import SAMPLE_RATE as MODEL_SAMPLE_RATE
 
-MODEL_SAMPLE_RATE = 24000
 OUTPUT_FORMATS = ("opus", "pcm16", "pcm_f32", "mulaw")
 OUTPUT_SAMPLE_RATES = (8000, 16000, 24000, 48000)
 MULAW_SAMPLE_RATE = 8000

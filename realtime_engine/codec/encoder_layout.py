@@ -2,18 +2,38 @@
 
 Used by voice-clone reference encoding: a DAC acoustic encoder, the semantic
 encoder/decoder pair (ELU residual units) and a HuBERT-base model with
-transformers ``HubertModel`` names. Sizes come from ``CodecDims`` (declared
-in ``layout``; typed loosely here to avoid an import cycle).
+transformers ``HubertModel`` names. Sizes come from ``layout.CodecDims``,
+which imports this module; here they are read through ``EncoderDims``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from realtime_engine.codec.layout import CodecDims
+from typing import Protocol
 
 Shape = tuple[int, ...]
+
+
+class EncoderDims(Protocol):
+    """The encoder-side sizes of ``layout.CodecDims``."""
+
+    @property
+    def strides(self) -> tuple[int, ...]: ...
+    @property
+    def encoder_channels(self) -> int: ...
+    @property
+    def acoustic_dim(self) -> int: ...
+    @property
+    def semantic_dim(self) -> int: ...
+    @property
+    def hubert_conv_dim(self) -> int: ...
+    @property
+    def hubert_pos_kernel(self) -> int: ...
+    @property
+    def hubert_pos_groups(self) -> int: ...
+    @property
+    def hubert_layers(self) -> int: ...
+    @property
+    def hubert_intermediate(self) -> int: ...
 
 # HuBERT-base feature extractor: (kernel, stride) per conv layer; 320x in total.
 HUBERT_CONV_LAYERS: tuple[tuple[int, int], ...] = (
@@ -29,7 +49,7 @@ SEMANTIC_BLOCKS = 2
 SEMANTIC_UNITS_PER_BLOCK = 2
 
 
-def acoustic_encoder_key_shapes(dims: CodecDims) -> dict[str, Shape]:
+def acoustic_encoder_key_shapes(dims: EncoderDims) -> dict[str, Shape]:
     """DAC encoder: conv1 k7, 5 blocks (3 residual units, Snake, strided conv),
     Snake, conv2 k3 to ``acoustic_dim``."""
     shapes: dict[str, Shape] = {}
@@ -62,7 +82,7 @@ def _semantic_units(shapes: dict[str, Shape], prefix: str, d: int) -> None:
         shapes[f"{prefix}res_units.{u}.conv2.weight"] = (d, d, 1)
 
 
-def semantic_key_shapes(dims: CodecDims) -> dict[str, Shape]:
+def semantic_key_shapes(dims: EncoderDims) -> dict[str, Shape]:
     """Semantic encoder (conv k3 no bias; blocks of ELU units then conv k3 with
     bias) and its mirror decoder (conv1, blocks, conv2; both no bias)."""
     d = dims.semantic_dim
@@ -82,7 +102,7 @@ def semantic_key_shapes(dims: CodecDims) -> dict[str, Shape]:
     return shapes
 
 
-def hubert_key_shapes(dims: CodecDims) -> dict[str, Shape]:
+def hubert_key_shapes(dims: EncoderDims) -> dict[str, Shape]:
     """HuBERT-base (group-norm feature extractor, no conv bias) under
     ``semantic_model.``; the positional conv stores weight norm as
     ``parametrizations.weight.original0/1``."""
@@ -122,7 +142,7 @@ def hubert_key_shapes(dims: CodecDims) -> dict[str, Shape]:
     return shapes
 
 
-def encoder_key_shapes(dims: CodecDims) -> dict[str, Shape]:
+def encoder_key_shapes(dims: EncoderDims) -> dict[str, Shape]:
     shapes = acoustic_encoder_key_shapes(dims)
     shapes.update(semantic_key_shapes(dims))
     shapes.update(hubert_key_shapes(dims))

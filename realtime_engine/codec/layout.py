@@ -19,6 +19,7 @@ import torch
 
 from realtime_engine.codec.encoder_layout import encoder_key_shapes
 from realtime_engine.errors import MissingKeyError, ShapeMismatchError
+from realtime_engine.format import CODEBOOK_SIZE, NUM_CODEBOOKS, SAMPLE_RATE
 
 CODEC_PREFIX = "tied.embedding.modality_embeddings.0.model."
 
@@ -48,15 +49,15 @@ QUANTIZER_UNUSED_SUFFIXES = (
 class CodecDims:
     """Sizes of the codec; ``hop`` follows from the strides."""
 
-    num_quantizers: int = 8
-    codebook_size: int = 1024
+    num_quantizers: int = NUM_CODEBOOKS
+    codebook_size: int = CODEBOOK_SIZE
     codebook_dim: int = 64
     latent_dim: int = 1024  # RVQ output (sum of project_out)
     acoustic_dim: int = 256  # fc2 output, DAC decoder input
     semantic_dim: int = 768  # fc1 output, HuBERT hidden size
     decoder_channels: tuple[int, ...] = (1024, 512, 256, 128, 64, 32)
     strides: tuple[int, ...] = (8, 5, 4, 2, 3)
-    sample_rate: int = 24_000
+    sample_rate: int = SAMPLE_RATE
     # Encoder side (voice-clone reference encoding).
     encoder_channels: int = 64  # doubles per block: 64 -> 2048
     hubert_conv_dim: int = 512

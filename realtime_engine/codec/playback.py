@@ -21,14 +21,14 @@ import numpy as np
 import torch
 
 from realtime_engine.codec.decoder import load_codec_decoder
+from realtime_engine.codec.delay import apply_delay
 from realtime_engine.codec.layout import CodecDims, random_codec_state_dict
 from realtime_engine.codec.stream_core import StreamingCodec
 from realtime_engine.codec.streaming import StreamingDecoder
-from realtime_engine.engines.base import ChunkingParams
-from realtime_engine.talker.delay import apply_delay
+from realtime_engine.format import FRAMES_PER_SECOND, ChunkingParams
 
-FRAME_S = 0.04  # one codec frame: 960 samples at 24 kHz
-REAL_TIME_ROWS_PER_S = 1.0 / FRAME_S  # one row per frame of audio
+FRAME_S = 1.0 / FRAMES_PER_SECOND  # one codec frame
+REAL_TIME_ROWS_PER_S = float(FRAMES_PER_SECOND)  # one row per frame of audio
 # Arrival and deadline computed along different float paths may differ by
 # rounding; a chunk that arrives within this of its deadline is on time.
 ON_TIME_TOLERANCE_S = 1e-9

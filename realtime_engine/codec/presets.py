@@ -27,28 +27,12 @@ from __future__ import annotations
 import math
 
 from realtime_engine.codec.errors import InvalidChunkingError
-from realtime_engine.engines.base import ChunkingParams
+from realtime_engine.format import DEFAULT_PRESET as DEFAULT_PRESET
+from realtime_engine.format import PRESETS as PRESETS
+from realtime_engine.format import ChunkingParams, rows_for_frames
 
-# Frames of the delay pattern: raw frame t needs row t + DELAY_ROWS.
-DELAY_ROWS = 7
 # The codec's receptive field, in frames on each side.
 RECEPTIVE_FIELD_FRAMES = 10
-FRAMES_PER_SECOND = 25
-
-PRESETS: dict[str, ChunkingParams] = {
-    # First audio after 1 frame + 2 holdback; small edge error.
-    "latency": ChunkingParams(
-        first_chunk_frames=1, chunk_frames=10, left_context_frames=10, right_holdback_frames=2
-    ),
-    "balanced": ChunkingParams(
-        first_chunk_frames=2, chunk_frames=15, left_context_frames=12, right_holdback_frames=4
-    ),
-    # Holdback covers the receptive field: identical to whole decoding.
-    "exact": ChunkingParams(
-        first_chunk_frames=4, chunk_frames=25, left_context_frames=12, right_holdback_frames=10
-    ),
-}
-DEFAULT_PRESET = "balanced"
 
 
 def validate_chunking(params: ChunkingParams) -> ChunkingParams:
@@ -102,10 +86,15 @@ def get_preset(name: str) -> ChunkingParams:
 
 
 def is_exact(params: ChunkingParams) -> bool:
-    """Chunked output equals whole-utterance decoding."""
-    return params.right_holdback_frames >= RECEPTIVE_FIELD_FRAMES
+    """Chunked output equals whole-utterance decoding. The stateful codec
+    needs only the holdback; the window decoder still serving beside the
+    talker (``talker.slot_codec``) also needs the left context."""
+    return (
+        params.left_context_frames >= RECEPTIVE_FIELD_FRAMES
+        and params.right_holdback_frames >= RECEPTIVE_FIELD_FRAMES
+    )
 
 
 def first_chunk_rows(params: ChunkingParams) -> int:
     """Talker rows needed before the first chunk can be decoded."""
-    return DELAY_ROWS + params.first_chunk_frames + params.right_holdback_frames
+    return rows_for_frames(params.first_chunk_frames + params.right_holdback_frames)

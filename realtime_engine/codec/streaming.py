@@ -47,11 +47,8 @@ from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.errors import CodecInputError, StreamStateError
 from realtime_engine.codec.presets import next_chunk_frames, validate_chunking
 from realtime_engine.codec.stream_core import StreamingCodec
-from realtime_engine.engines.base import ChunkingParams
-from realtime_engine.talker.types import EOC, NUM_CODEBOOKS
-
-HOP = 960  # samples per codec frame (24 kHz)
-CODEBOOK_SIZE = 1024
+from realtime_engine.format import CODEBOOK_SIZE, EOC, NUM_CODEBOOKS, ChunkingParams
+from realtime_engine.format import FRAME_SAMPLES as HOP  # noqa: F401  (re-exported)
 
 _stream_ids = itertools.count()
 

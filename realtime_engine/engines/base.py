@@ -15,23 +15,9 @@ from typing import ClassVar, Literal, Protocol, get_args
 import numpy as np
 
 from realtime_engine.engines.continuity import VoiceContinuity
+from realtime_engine.engines.voice_reference import VoiceReference as VoiceReference
+from realtime_engine.format import ChunkingParams as ChunkingParams
 from realtime_engine.talker.types import TalkerSampling
-
-
-@dataclass(frozen=True)
-class ChunkingParams:
-    """Streaming-codec chunking (see docs/presets.md)."""
-
-    first_chunk_frames: int
-    chunk_frames: int
-    left_context_frames: int
-    right_holdback_frames: int
-    # After the first chunk, chunk sizes grow geometrically by this ratio up to
-    # ``chunk_frames`` so the client's buffer grows instead of draining; safe
-    # (no underrun) while the talker runs at >= this many times real time.
-    # None: jump straight to ``chunk_frames`` (see docs/presets.md).
-    chunk_growth: float | None = 1.5
-
 
 Stage = Literal["submitted", "prefilled", "first_row", "first_frame_row", "first_chunk"]
 
@@ -61,18 +47,6 @@ class SegmentTimings:
             setattr(self, stage, time.perf_counter() if at is None else at)
 
 
-@dataclass(frozen=True, eq=False)
-class VoiceReference:
-    """A cloned voice: raw codec codes ``[frames, 8]`` (0..1023) and their transcript."""
-
-    codes: np.ndarray
-    text: str | None = None
-
-    @property
-    def frames(self) -> int:
-        return int(self.codes.shape[0])
-
-
 @dataclass(frozen=True)
 class SegmentRequest:
     request_id: str
@@ -80,6 +54,9 @@ class SegmentRequest:
     voice: str = "default"
     sampling: TalkerSampling = field(default_factory=TalkerSampling)
     chunking: ChunkingParams | None = None  # None: the engine's default preset
+    # Caps on the segment's length: seconds of audio (the engine turns them
+    # into its own model steps), and raw talker steps (the HTTP API's knob).
+    max_audio_seconds: float | None = None
     max_new_tokens: int | None = None
     fixed_rows: int | None = None  # benchmarks: exact output length in frames
     speed: float = 1.0  # speaking rate; engines without rate control ignore it

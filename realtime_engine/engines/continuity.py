@@ -16,21 +16,18 @@ speaker, so a reply could change voice mid-sentence. The policy
   anchor never moves once set, so the voice does not drift segment to
   segment.
 
-Segments of a context run one after another (``gateway.contexts``), so a
+Segments of a context run one after another (``gateway.realtime.contexts``), so a
 segment always sees the anchor its predecessors left. Sans-I/O: the engine
 calls :meth:`record` after a segment finished normally.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-if TYPE_CHECKING:
-    from realtime_engine.engines.base import VoiceReference
+from realtime_engine.engines.voice_reference import VoiceReference
+from realtime_engine.format import FRAMES_PER_SECOND
 
-FRAMES_PER_SECOND = 25
 DEFAULT_MIN_ANCHOR_FRAMES = 2 * FRAMES_PER_SECOND
 DEFAULT_MAX_ANCHOR_FRAMES = 8 * FRAMES_PER_SECOND
 
@@ -62,7 +59,6 @@ class VoiceContinuity:
 
     def anchor(self) -> VoiceReference | None:
         """The reference for the next segment, or None before any audio exists."""
-        from realtime_engine.engines.base import VoiceReference
 
         if self._codes is None:
             return None

@@ -34,8 +34,8 @@ from realtime_engine.engines.base import (
     VoiceInfo,
 )
 from realtime_engine.engines.espeak import Clause, EspeakPhonemizer, join_clauses, split_clauses
+from realtime_engine.format import SAMPLE_RATE as OUTPUT_SAMPLE_RATE
 
-OUTPUT_SAMPLE_RATE = 24_000
 _CONTROL_TAG = re.compile(r"<\|[^|<>]*\|>")
 _BOS, _EOS, _PAD = "^", "$", "_"
 

@@ -34,14 +34,14 @@ from realtime_engine.engines.base import (
     UnsupportedVoiceError,
     VoiceInfo,
 )
+from realtime_engine.format import FRAME_SAMPLES, SAMPLE_RATE
 
-FRAME_SAMPLES = 960  # one codec frame at 24 kHz: 40 ms
 T = TypeVar("T")
 
 
 @dataclass
 class FakeEngineConfig:
-    sample_rate: int = 24000
+    sample_rate: int = SAMPLE_RATE
     first_chunk_delay_s: float = 0.0
     # Wall seconds per second of audio after the first chunk (0: as fast as possible).
     realtime_factor: float = 0.0
@@ -139,7 +139,7 @@ class FakeEngine:
         """Samples in a segment's audio."""
         cfg = self.config
         if request.fixed_rows is not None:
-            return request.fixed_rows * FRAME_SAMPLES * cfg.sample_rate // 24000
+            return request.fixed_rows * FRAME_SAMPLES * cfg.sample_rate // SAMPLE_RATE
         seconds = max(cfg.min_seconds, len(request.text) * cfg.seconds_per_char)
         return int(seconds / max(request.speed, 1e-3) * cfg.sample_rate)
 

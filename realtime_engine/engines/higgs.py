@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from realtime_engine.codec.delay import revert_delay, sanitize_codes
 from realtime_engine.codec.errors import InvalidChunkingError
 from realtime_engine.codec.presets import DEFAULT_PRESET, get_preset, validate_chunking
 from realtime_engine.engines.base import (
-    ChunkingParams,
     EngineError,
     SegmentRequest,
     SegmentTimings,
@@ -28,11 +28,22 @@ from realtime_engine.engines.base import (
     VoiceReference,
 )
 from realtime_engine.engines.higgs_voices import ReferenceEncoder
+from realtime_engine.format import (
+    DELAY_ROWS,
+    NUM_CODEBOOKS,
+    SAMPLE_RATE,
+    ChunkingParams,
+    rows_for_seconds,
+)
 from realtime_engine.model.prompts import PromptError, build_clone_prompt, build_zero_shot_prompt
 from realtime_engine.model.tokenizer import HiggsTokenizer
-from realtime_engine.talker.delay import revert_delay, sanitize_codes
+from realtime_engine.talker.backends import (
+    ReferenceOptions,
+    TalkerOptions,
+    parse_talker_options,
+    resolve_backend,
+)
 from realtime_engine.talker.types import (
-    NUM_CODEBOOKS,
     TalkerError,
     TalkerPrompt,
     TalkerRequest,
@@ -40,11 +51,7 @@ from realtime_engine.talker.types import (
     TalkerTimings,
 )
 
-SAMPLE_RATE = 24_000
-BACKENDS = ("reference", "vllm", "auto")
 DEFAULT_VOICE = "default"
-# rows after the last real frame: codebook c of frame t sits in row t + c
-DELAY_TAIL_ROWS = NUM_CODEBOOKS - 1
 # speaking-rate thresholds → the model's prosody tags (a sentence-level tag)
 _SPEED_TAGS = (
     (0.75, "<|prosody:speed_very_slow|>"),
@@ -130,36 +137,29 @@ class HiggsEngine:
         device: str | torch.device | None = None,
         *,
         dtype: torch.dtype | None = None,
-        max_batch: int = 32,
         chunking: ChunkingParams | None = None,
-        backend: str = "auto",
-        runner_options: dict[str, Any] | None = None,
+        talker: TalkerOptions | None = None,
         codec_precision: str = "fp32",
         codec_batch: int = 64,
     ) -> HiggsEngine:
         """Load ``model`` (``tiny``, a directory or a cached HF id).
 
-        ``backend``: ``"reference"`` runs the talker in-process on PyTorch;
-        ``"vllm"`` hands it to vLLM through
-        :func:`realtime_engine.talker.runner_factory.create_talker_runner` with
-        ``runner_options``; ``"auto"`` takes vLLM when it is importable and a
-        CUDA device is present, else the reference runner. The codec runs
-        beside the talker (vLLM's engine core, or the reference runner's
-        thread), in ``codec_precision`` (``fp32``: chunked output equals whole
-        decoding; ``tf32``/``bf16``: faster on CUDA), up to ``codec_batch``
-        chunk windows per call.
+        ``talker`` picks the runner by its type: :class:`ReferenceOptions` runs
+        the talker in-process on PyTorch, :class:`VllmOptions` hands it to
+        vLLM; ``None`` resolves ``auto`` (vLLM when importable with a CUDA
+        device) with that backend's defaults. The codec runs beside the talker
+        (vLLM's engine core, or the reference runner's thread), in
+        ``codec_precision`` (``fp32``: chunked output equals whole decoding;
+        ``tf32``/``bf16``: faster on CUDA), up to ``codec_batch`` chunk windows
+        per call.
         """
         from realtime_engine.codec.decoder import CODEC_PRECISIONS
         from realtime_engine.model.checkpoint import CodecView, SafetensorsCheckpoint
         from realtime_engine.model.hub import resolve_model
         from realtime_engine.model.loader import load_talker
 
-        if backend not in BACKENDS:
-            raise EngineError(f"unknown talker backend {backend!r}; choose one of {BACKENDS}")
-        if backend == "auto":
-            from realtime_engine.talker.runner_factory import vllm_usable
-
-            backend = "vllm" if vllm_usable() else "reference"
+        if talker is None:
+            talker = parse_talker_options(resolve_backend("auto"))
         if codec_precision not in CODEC_PRECISIONS:
             raise EngineError(f"codec precision must be one of {CODEC_PRECISIONS}")
         dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -167,7 +167,7 @@ class HiggsEngine:
             dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
         runner: TalkerRunner
         try:
-            if backend == "reference":
+            if isinstance(talker, ReferenceOptions):
                 from realtime_engine.talker.reference_runner import ReferenceRunner
 
                 loaded = load_talker(model, device=dev, dtype=dtype)
@@ -179,22 +179,30 @@ class HiggsEngine:
                 runner = ReferenceRunner(
                     loaded.model,
                     dev,
-                    max_batch=max_batch,
+                    max_batch=talker.max_batch,
+                    queue_rows=talker.queue_rows,
                     max_positions=loaded.config.max_position_embeddings,
                     codec=codec,
                     codec_batch=codec_batch,
                 )
             else:
-                from realtime_engine.talker.runner_factory import create_talker_runner
+                from realtime_engine.talker.vllm_runner import VllmTalkerRunner
 
                 path = resolve_model(model)
                 tokenizer = HiggsTokenizer.from_dir(path)
                 if not len(CodecView(SafetensorsCheckpoint(path))):
                     raise EngineError(f"{model!s} has no bundled codec")
-                options = dict(runner_options or {})
-                options.setdefault("codec_precision", codec_precision)
-                options.setdefault("codec_batch", codec_batch)
-                runner = create_talker_runner(path, backend, **options)
+                runner = VllmTalkerRunner.from_model_dir(
+                    path,
+                    max_num_seqs=talker.max_num_seqs,
+                    max_model_len=talker.max_model_len,
+                    dtype=talker.dtype,
+                    enforce_eager=talker.enforce_eager,
+                    gpu_memory_utilization=talker.gpu_memory_utilization,
+                    codec_precision=codec_precision,
+                    codec_batch=codec_batch,
+                    **talker.engine_args,
+                )
             voice_encoder = ReferenceEncoder.from_checkpoint(path, dev)
         except (OSError, ValueError) as e:
             raise EngineError(f"cannot load {model!s}: {e}") from e
@@ -271,7 +279,7 @@ class HiggsEngine:
     ) -> TalkerRequest:
         fixed_rows = None
         if request.fixed_rows is not None:
-            fixed_rows = request.fixed_rows + DELAY_TAIL_ROWS
+            fixed_rows = request.fixed_rows + DELAY_ROWS
         talker_request = TalkerRequest(
             request.request_id,
             self._prompt(request),
@@ -279,9 +287,12 @@ class HiggsEngine:
             fixed_rows=fixed_rows,
             timings=timings,
         )
+        caps = [talker_request.max_new_tokens]
         if request.max_new_tokens is not None:
-            talker_request = replace(talker_request, max_new_tokens=request.max_new_tokens)
-        return talker_request
+            caps.append(request.max_new_tokens)
+        if request.max_audio_seconds is not None:
+            caps.append(rows_for_seconds(request.max_audio_seconds))
+        return replace(talker_request, max_new_tokens=min(caps))
 
     async def synthesize(self, request: SegmentRequest) -> AsyncIterator[np.ndarray]:
         clock = _StageClock(request.timings)

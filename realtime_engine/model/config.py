@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from realtime_engine.errors import CheckpointError
+from realtime_engine.format import CODEBOOK_VOCAB, NUM_CODEBOOKS
 
 MODEL_TYPE = "higgs_multimodal_qwen3"
 ARCHITECTURE = "HiggsMultimodalQwen3ForConditionalGeneration"
@@ -40,8 +41,8 @@ class HiggsTalkerConfig:
     rms_norm_eps: float = 1e-6
     rope_theta: float = DEFAULT_ROPE_THETA
     max_position_embeddings: int = 32768
-    num_codebooks: int = 8
-    codebook_vocab: int = 1026
+    num_codebooks: int = NUM_CODEBOOKS
+    codebook_vocab: int = CODEBOOK_VOCAB
     audio_token_id: int = AUDIO_PLACEHOLDER_ID
     # Audio head shares the fused audio embedding matrix (the released model does).
     tie_audio_head: bool = True
@@ -146,8 +147,8 @@ class HiggsTalkerConfig:
             rms_norm_eps=float(text.get("rms_norm_eps") or 1e-6),
             rope_theta=float(rope_theta) if rope_theta is not None else DEFAULT_ROPE_THETA,
             max_position_embeddings=int(text.get("max_position_embeddings") or 32768),
-            num_codebooks=int(audio.get("num_codebooks", 8)),
-            codebook_vocab=int(audio.get("vocab_size", 1026)),
+            num_codebooks=int(audio.get("num_codebooks", NUM_CODEBOOKS)),
+            codebook_vocab=int(audio.get("vocab_size", CODEBOOK_VOCAB)),
             audio_token_id=int(raw.get("audio_token_id", AUDIO_PLACEHOLDER_ID)),
             tie_audio_head=bool(audio.get("tie_word_embeddings", True)),
             tie_word_embeddings=bool(text.get("tie_word_embeddings", True)),

@@ -12,12 +12,26 @@ state there yields the first code row.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from realtime_engine.codec.delay import apply_delay
+from realtime_engine.format import CODEBOOK_SIZE, NUM_CODEBOOKS
 from realtime_engine.model.config import AUDIO_PLACEHOLDER_ID
 from realtime_engine.model.tokenizer import HiggsTokenizer
-from realtime_engine.talker.delay import apply_delay
-from realtime_engine.talker.types import CODEBOOK_VOCAB, NUM_CODEBOOKS, TalkerPrompt
+
+
+@dataclass(frozen=True)
+class TalkerPrompt:
+    """Token ids of a prompt; ``-100`` entries are audio placeholders.
+
+    ``ref_rows`` holds the delay-patterned reference code rows, one per
+    placeholder, in order ([n_placeholders, 8]); ``None`` for zero-shot prompts.
+    """
+
+    token_ids: tuple[int, ...]
+    ref_rows: np.ndarray | None = None
 
 
 class PromptError(ValueError):
@@ -61,8 +75,8 @@ def build_clone_prompt(
         )
     if not np.issubdtype(codes.dtype, np.integer):
         raise PromptError(f"reference codes must be integers, got {codes.dtype}")
-    if codes.min() < 0 or codes.max() >= CODEBOOK_VOCAB - 2:
-        raise PromptError("reference codes must lie in [0, 1024)")
+    if codes.min() < 0 or codes.max() >= CODEBOOK_SIZE:
+        raise PromptError(f"reference codes must lie in [0, {CODEBOOK_SIZE})")
     rows = apply_delay(codes.astype(np.int64))
     sp = tokenizer.specials
     ids = [sp.tts]

@@ -21,9 +21,8 @@ from torch import nn
 
 from realtime_engine.model.audio_head import audio_logits, fused_audio_embedding
 from realtime_engine.model.config import HiggsTalkerConfig
-from realtime_engine.model.prompts import PromptError
+from realtime_engine.model.prompts import PromptError, TalkerPrompt
 from realtime_engine.model.qwen3 import KVCache, Qwen3Body
-from realtime_engine.talker.types import TalkerPrompt
 
 
 class HiggsTalker(nn.Module):

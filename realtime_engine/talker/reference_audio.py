@@ -15,7 +15,7 @@ import torch
 from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.errors import InvalidChunkingError
 from realtime_engine.codec.presets import validate_chunking
-from realtime_engine.engines.base import ChunkingParams
+from realtime_engine.format import ChunkingParams
 from realtime_engine.talker.slot_codec import SlotCodec
 from realtime_engine.talker.types import (
     MAX_RETURNED_ROWS,

@@ -43,7 +43,7 @@ from realtime_engine.talker.types import NUM_CODEBOOKS, PcmChunk, TalkerError, T
 
 if TYPE_CHECKING:
     from realtime_engine.codec.decoder import CodecDecoder
-    from realtime_engine.engines.base import ChunkingParams
+    from realtime_engine.format import ChunkingParams
     from realtime_engine.talker.reference_audio import ReferenceAudio
 
 # Codes remembered per codebook for repetition-aware sampling; the widest

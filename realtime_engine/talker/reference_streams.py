@@ -14,7 +14,7 @@ from realtime_engine.talker.sampling import RequestNoise
 from realtime_engine.talker.types import PcmChunk, TalkerRequest
 
 if TYPE_CHECKING:
-    from realtime_engine.engines.base import ChunkingParams
+    from realtime_engine.format import ChunkingParams
 
 
 class TalkerModel(Protocol):

@@ -31,12 +31,11 @@ import torch
 
 from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.presets import (
-    DELAY_ROWS,
     RECEPTIVE_FIELD_FRAMES,
     next_chunk_frames,
     validate_chunking,
 )
-from realtime_engine.engines.base import ChunkingParams
+from realtime_engine.format import DELAY_ROWS, ChunkingParams
 
 CODEBOOK_SIZE = 1024
 

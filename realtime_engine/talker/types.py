@@ -11,17 +11,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from realtime_engine.engines.base import ChunkingParams
-
-NUM_CODEBOOKS = 8
-CODEBOOK_VOCAB = 1026  # 1024 codes + BOC + EOC
-BOC = 1024  # begin-of-codebook (delay padding at the start)
-EOC = 1025  # end-of-codebook (delay padding at the end)
+from realtime_engine.format import BOC as BOC
+from realtime_engine.format import CODEBOOK_VOCAB as CODEBOOK_VOCAB
+from realtime_engine.format import EOC as EOC
+from realtime_engine.format import NUM_CODEBOOKS as NUM_CODEBOOKS
+from realtime_engine.format import ChunkingParams
+from realtime_engine.model.prompts import TalkerPrompt as TalkerPrompt
 
 
 @dataclass(frozen=True)
@@ -34,18 +33,6 @@ class TalkerSampling:
     ras_window: int = 7
     ras_max_repeat: int = 2
     seed: int | None = None
-
-
-@dataclass(frozen=True)
-class TalkerPrompt:
-    """Token ids of a prompt; ``-100`` entries are audio placeholders.
-
-    ``ref_rows`` holds the delay-patterned reference code rows, one per
-    placeholder, in order ([n_placeholders, 8]); ``None`` for zero-shot prompts.
-    """
-
-    token_ids: tuple[int, ...]
-    ref_rows: np.ndarray | None = None
 
 
 @dataclass

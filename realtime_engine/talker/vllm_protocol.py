@@ -25,7 +25,7 @@ import numpy as np
 
 from realtime_engine.codec.errors import InvalidChunkingError
 from realtime_engine.codec.presets import validate_chunking
-from realtime_engine.engines.base import ChunkingParams
+from realtime_engine.format import ChunkingParams
 from realtime_engine.model.config import AUDIO_PLACEHOLDER_ID
 from realtime_engine.model.tokenizer import SpecialIds
 from realtime_engine.talker.types import (

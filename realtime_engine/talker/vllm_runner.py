@@ -30,7 +30,7 @@ from typing import Any, cast
 import numpy as np
 
 from realtime_engine.codec.streaming import HOP
-from realtime_engine.engines.base import ChunkingParams
+from realtime_engine.format import ChunkingParams
 from realtime_engine.model.tokenizer import HiggsTokenizer, SpecialIds
 from realtime_engine.talker.termination import eoc_bounds
 from realtime_engine.talker.types import NUM_CODEBOOKS, PcmChunk, TalkerError, TalkerRequest
@@ -379,11 +379,13 @@ class VllmTalkerRunner:
             return
         for stream in list(self._streams.values()):
             await self.abort(stream.request.request_id)
-        self._engine.shutdown()
+        engine, self._engine = self._engine, None
+        engine.shutdown()
         self._receiver.close()
-        # Drop the engine while the interpreter is fully alive: its finaliser
-        # fails when it only runs at interpreter exit.
-        self._engine = None
+        # AsyncLLM's finaliser shuts down again; vLLM keeps references to the
+        # engine, so that can happen at interpreter exit, after vLLM's module
+        # globals are gone (TypeError). It is shut down: make that a no-op.
+        engine.shutdown = _already_shut_down
 
 
 def _stamp(request: TalkerRequest, stamps: dict[str, float]) -> None:
@@ -397,3 +399,7 @@ def _stamp(request: TalkerRequest, stamps: dict[str, float]) -> None:
         timings.prefilled = timings.prefilled or first_row
         timings.first_row = timings.first_row or first_row
     timings.first_frame_row = timings.first_frame_row or stamps.get("first_frame_row")
+
+
+def _already_shut_down(timeout: float | None = None) -> None:
+    """Stands in for ``AsyncLLM.shutdown`` once the runner has shut the engine down."""

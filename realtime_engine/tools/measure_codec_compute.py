@@ -32,12 +32,12 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from realtime_engine.codec.decoder import CodecDecoder, load_codec_decoder
+from realtime_engine.codec.delay import apply_delay
 from realtime_engine.codec.layout import CodecDims, random_codec_state_dict
-from realtime_engine.codec.presets import FRAMES_PER_SECOND, PRESETS
+from realtime_engine.codec.presets import PRESETS
 from realtime_engine.codec.stream_core import StreamingCodec
 from realtime_engine.codec.streaming import DecodeJob, StreamingDecoder, rows_to_frames
-from realtime_engine.engines.base import ChunkingParams
-from realtime_engine.talker.delay import apply_delay
+from realtime_engine.format import FRAMES_PER_SECOND, ChunkingParams
 
 
 def plan(core: StreamingCodec, params: ChunkingParams, rows: np.ndarray) -> list[DecodeJob]:

@@ -35,13 +35,14 @@ import numpy as np
 import torch
 
 from realtime_engine.codec.decoder import CodecDecoder, extract_codec_state, load_codec_decoder
+from realtime_engine.codec.delay import apply_delay
 from realtime_engine.codec.layout import CODEC_PREFIX, CodecDims, random_codec_state_dict
 from realtime_engine.codec.playback import REAL_TIME_ROWS_PER_S, chunk_arrivals, simulate_playback
-from realtime_engine.codec.presets import DELAY_ROWS, PRESETS, chunk_schedule, first_chunk_rows
+from realtime_engine.codec.presets import PRESETS, chunk_schedule, first_chunk_rows
 from realtime_engine.codec.stream_core import StreamingCodec
 from realtime_engine.codec.streaming import StreamingDecoder, rows_to_frames
 from realtime_engine.engines.base import ChunkingParams
-from realtime_engine.talker.delay import apply_delay
+from realtime_engine.format import DELAY_ROWS
 
 FRAME_MS = 40.0
 

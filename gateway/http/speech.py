@@ -28,20 +28,21 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
 from gateway.availability import refusal
-from gateway.http_errors import (
+from gateway.http.errors import (
     ApiError,
     authenticate,
     bad_request,
     error_response,
     parse_json_body,
 )
-from gateway.http_voices import voice_routes
+from gateway.http.speech_request import SpeechParams, parse_speech_request
+from gateway.http.voices import voice_routes
 from gateway.protocol import ErrorCode, ErrorDetail
-from gateway.speech_request import SpeechParams, parse_speech_request
 from gateway.state import GatewayState
 from gateway.voice_clips import MIN_REFERENCE_SECONDS
 from gateway.voices import can_clone, cloning_unsupported, decode_clip
-from realtime_engine.audio import AudioFormatError, ContainerEncoder
+from realtime_engine.audio.containers import ContainerEncoder
+from realtime_engine.audio.errors import AudioFormatError
 from realtime_engine.engines.base import (
     EngineError,
     SegmentRequest,
@@ -49,10 +50,10 @@ from realtime_engine.engines.base import (
     UnsupportedVoiceError,
     VoiceReference,
 )
+from realtime_engine.format import SAMPLE_RATE as OUTPUT_SAMPLE_RATE  # OpenAI's rate too
 from realtime_engine.talker.types import TalkerSampling
 from realtime_engine.text.segmenter import TextSegmenter
 
-OUTPUT_SAMPLE_RATE = 24_000  # OpenAI's rate for every response format
 _INLINE_FORMATS = frozenset({"wav", "pcm"})  # cheap enough to encode on the event loop
 _CREATED = int(time.time())
 logger = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """What a context learns while it speaks, for its ``context.done`` metrics.
 
-``ContextStats`` is filled in by the context's worker (``gateway.contexts``)
-and by the outbound writer (``gateway.outbound``); its first-audio stages also
+``ContextStats`` is filled in by the context's worker (``gateway.realtime.contexts``)
+and by the outbound writer (``gateway.realtime.outbound``); its first-audio stages also
 feed the ``speech_stage_seconds`` histogram.
 """
 

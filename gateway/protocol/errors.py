@@ -10,8 +10,8 @@ from typing import Literal
 
 from pydantic import ValidationError, field_validator
 
-from gateway.protocol_config import _Lenient
-from gateway.safe_json import MAX_ECHO_CHARS, echo
+from gateway.protocol.config import _Lenient
+from gateway.protocol.safe_json import MAX_ECHO_CHARS, echo
 
 # The longest error message; messages may quote client input.
 MAX_MESSAGE_CHARS = 1024

@@ -2,7 +2,7 @@
 
 A ``ContextWorker`` turns a context's segments into audio, one engine request
 at a time, in order, and puts frames and events on the session's bounded
-outbound queue (``gateway.outbound``). Generation runs ahead of real-time
+outbound queue (``gateway.realtime.outbound``). Generation runs ahead of real-time
 playback by at most ``max_lead_s`` so a barge-in wastes little engine work.
 A failure ends only this context: an ``error`` then ``context.done{failed}``.
 """
@@ -11,23 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import numpy as np
 
 from gateway.availability import RETRY_ENGINE_DEAD_MS
-from gateway.context_stats import ENGINE_STAGES as ENGINE_STAGES
-from gateway.context_stats import ContextStats
 from gateway.engine_health import engine_failure
-from gateway.engine_wait import next_chunk_or_stall
-from gateway.outbound import (
-    OutAudio,
-    Outbound,
-    OutDone,
-    OutEvent,
-)
 from gateway.protocol import (
     ErrorCode,
     ErrorDetail,
@@ -36,8 +26,17 @@ from gateway.protocol import (
     TextFlushed,
     pack_audio_frame,
 )
-from gateway.protocol_audio_delta import AudioDeltaWriter
-from gateway.session import EndContext, Flush, OpenContext, Speak, error_event
+from gateway.protocol.audio_delta import AudioDeltaWriter
+from gateway.realtime.context_stats import ENGINE_STAGES as ENGINE_STAGES
+from gateway.realtime.context_stats import ContextStats
+from gateway.realtime.engine_wait import next_chunk_or_stall
+from gateway.realtime.outbound import (
+    OutAudio,
+    Outbound,
+    OutDone,
+    OutEvent,
+)
+from gateway.realtime.session import EndContext, Flush, OpenContext, Speak, error_event
 from gateway.voices import VoiceNotFoundError
 from realtime_engine.audio.encoder import AudioEncoder, EncodedFrame
 from realtime_engine.engines.base import (
@@ -52,13 +51,11 @@ from realtime_engine.engines.base import (
     VoiceReference,
 )
 from realtime_engine.engines.continuity import VoiceContinuity
-from realtime_engine.talker.types import NUM_CODEBOOKS, TalkerSampling
+from realtime_engine.talker.types import TalkerSampling
 
-log = logging.getLogger("gateway.contexts")
+log = logging.getLogger("gateway.realtime.contexts")
 VoiceResolver = Callable[[str], Awaitable[VoiceReference | None]]
 
-# Higgs codec frames per second; caps a segment's engine budget.
-CODEC_FRAMES_PER_S = 25
 # How long a context failed from outside waits for its task's cleanup.
 FAIL_UNWIND_S = 1.0
 
@@ -87,8 +84,7 @@ def to_engine_request(
         voice=cfg.voice,
         sampling=sampling,
         chunking=chunking,
-        # The delay pattern spends NUM_CODEBOOKS - 1 extra rows before the last frame.
-        max_new_tokens=math.ceil(cfg.max_audio_seconds * CODEC_FRAMES_PER_S) + NUM_CODEBOOKS - 1,
+        max_audio_seconds=cfg.max_audio_seconds,
         timings=timings,
         reference=reference,
         continuity=continuity,

@@ -1,6 +1,6 @@
 """What the session state machine emits (actions) and the interfaces it consumes.
 
-Re-exported by ``gateway.session``.
+Re-exported by ``gateway.realtime.session``.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gateway.protocol import SessionConfig
-from gateway.session import Segmenter
+from gateway.realtime.session import Segmenter
 
 if TYPE_CHECKING:
     from realtime_engine.text.segmenter import Segment, TextSegmenter

@@ -1,13 +1,13 @@
 """Binary audio frames of protocol v1 (server to client).
 
 Re-exported by ``gateway.protocol``; import from there. The header codec
-itself lives with the audio encoders (``realtime_engine.audio.frame_header``)
-so the server, the SDK and the bench share one implementation.
+itself is ``gateway.protocol.frame_header``, one implementation for the
+server, the SDK and the bench.
 """
 
 from __future__ import annotations
 
-from realtime_engine.audio.frame_header import (
+from gateway.protocol.frame_header import (
     FRAME_VERSION,
     HEADER_SIZE,
     KIND_AUDIO,
@@ -15,7 +15,7 @@ from realtime_engine.audio.frame_header import (
     pack_frame,
     parse_frame,
 )
-from realtime_engine.audio.frame_header import HEADER_STRUCT as FRAME_HEADER
+from gateway.protocol.frame_header import HEADER_STRUCT as FRAME_HEADER
 
 FRAME_KIND_AUDIO = KIND_AUDIO
 FRAME_HEADER_BYTES = HEADER_SIZE  # 12

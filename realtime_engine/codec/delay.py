@@ -14,7 +14,7 @@ from typing import TypeVar
 import numpy as np
 import torch
 
-from realtime_engine.talker.types import BOC, EOC, NUM_CODEBOOKS
+from realtime_engine.format import BOC, EOC, NUM_CODEBOOKS
 
 ArrayT = TypeVar("ArrayT", np.ndarray, torch.Tensor)
 

@@ -13,37 +13,37 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
-from gateway import safe_json
-from gateway.protocol_config import NATIVE_SAMPLE_RATE as NATIVE_SAMPLE_RATE
-from gateway.protocol_config import PRESETS as PRESETS
-from gateway.protocol_config import READ_ONLY_SESSION_FIELDS as READ_ONLY_SESSION_FIELDS
-from gateway.protocol_config import AudioFormat as AudioFormat
-from gateway.protocol_config import Chunking as Chunking
-from gateway.protocol_config import ContextId, VoiceId, _Lenient, _Strict
-from gateway.protocol_config import FrameMs as FrameMs
-from gateway.protocol_config import LatencyPreset as LatencyPreset
-from gateway.protocol_config import Limits as Limits
-from gateway.protocol_config import OutputConfig as OutputConfig
-from gateway.protocol_config import SampleRate as SampleRate
-from gateway.protocol_config import Sampling as Sampling
-from gateway.protocol_config import SessionConfig as SessionConfig
-from gateway.protocol_config import TextBuffering as TextBuffering
-from gateway.protocol_config import apply_session_update as apply_session_update
-from gateway.protocol_errors import ErrorCode as ErrorCode
-from gateway.protocol_errors import ErrorDetail as ErrorDetail
-from gateway.protocol_errors import ErrorType as ErrorType
-from gateway.protocol_errors import ProtocolError as ProtocolError
-from gateway.protocol_errors import invalid_request as invalid_request
-from gateway.protocol_errors import validation_error_detail as validation_error_detail
-from gateway.protocol_frames import FRAME_HEADER as FRAME_HEADER
-from gateway.protocol_frames import FRAME_HEADER_BYTES as FRAME_HEADER_BYTES
-from gateway.protocol_frames import FRAME_KIND_AUDIO as FRAME_KIND_AUDIO
-from gateway.protocol_frames import FRAME_VERSION as FRAME_VERSION
-from gateway.protocol_frames import MAX_STREAM as MAX_STREAM
-from gateway.protocol_frames import AudioFrame as AudioFrame
-from gateway.protocol_frames import pack_audio_frame as pack_audio_frame
-from gateway.protocol_frames import unpack_audio_frame as unpack_audio_frame
-from gateway.protocol_inline_audio import decode_audio_payload as decode_audio_payload
+from gateway.protocol import safe_json
+from gateway.protocol.config import NATIVE_SAMPLE_RATE as NATIVE_SAMPLE_RATE
+from gateway.protocol.config import PRESETS as PRESETS
+from gateway.protocol.config import READ_ONLY_SESSION_FIELDS as READ_ONLY_SESSION_FIELDS
+from gateway.protocol.config import AudioFormat as AudioFormat
+from gateway.protocol.config import Chunking as Chunking
+from gateway.protocol.config import ContextId, VoiceId, _Lenient, _Strict
+from gateway.protocol.config import FrameMs as FrameMs
+from gateway.protocol.config import LatencyPreset as LatencyPreset
+from gateway.protocol.config import Limits as Limits
+from gateway.protocol.config import OutputConfig as OutputConfig
+from gateway.protocol.config import SampleRate as SampleRate
+from gateway.protocol.config import Sampling as Sampling
+from gateway.protocol.config import SessionConfig as SessionConfig
+from gateway.protocol.config import TextBuffering as TextBuffering
+from gateway.protocol.config import apply_session_update as apply_session_update
+from gateway.protocol.errors import ErrorCode as ErrorCode
+from gateway.protocol.errors import ErrorDetail as ErrorDetail
+from gateway.protocol.errors import ErrorType as ErrorType
+from gateway.protocol.errors import ProtocolError as ProtocolError
+from gateway.protocol.errors import invalid_request as invalid_request
+from gateway.protocol.errors import validation_error_detail as validation_error_detail
+from gateway.protocol.frames import FRAME_HEADER as FRAME_HEADER
+from gateway.protocol.frames import FRAME_HEADER_BYTES as FRAME_HEADER_BYTES
+from gateway.protocol.frames import FRAME_KIND_AUDIO as FRAME_KIND_AUDIO
+from gateway.protocol.frames import FRAME_VERSION as FRAME_VERSION
+from gateway.protocol.frames import MAX_STREAM as MAX_STREAM
+from gateway.protocol.frames import AudioFrame as AudioFrame
+from gateway.protocol.frames import pack_audio_frame as pack_audio_frame
+from gateway.protocol.frames import unpack_audio_frame as unpack_audio_frame
+from gateway.protocol.inline_audio import decode_audio_payload as decode_audio_payload
 
 PROTOCOL_VERSION = 1
 SUBPROTOCOL = "speech.v1"

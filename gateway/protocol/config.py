@@ -5,16 +5,20 @@ Re-exported by ``gateway.protocol``; import from there.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-NATIVE_SAMPLE_RATE: Final = 24000
+from realtime_engine.format import PRESETS as ENGINE_PRESETS
+from realtime_engine.format import SAMPLE_RATE, PresetName
+
+NATIVE_SAMPLE_RATE: Final = SAMPLE_RATE
 
 AudioFormat = Literal["opus", "pcm16", "pcm_f32", "mulaw"]
 SampleRate = Literal[8000, 16000, 24000, 48000]
 FrameMs = Literal[10, 20, 40, 60]
-LatencyPreset = Literal["latency", "balanced", "exact", "custom"]
+LatencyPreset = Literal[PresetName, "custom"]
 ContextId = Annotated[str, Field(min_length=1, max_length=64)]
 VoiceId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")]
 
@@ -66,16 +70,9 @@ class Chunking(_Strict):
     chunk_growth: float | None = Field(default=1.5, ge=1.0, le=8.0)
 
 
+# The engine's preset table, in protocol form.
 PRESETS: dict[str, Chunking] = {
-    "latency": Chunking(
-        first_chunk_frames=1, chunk_frames=10, left_context_frames=10, right_holdback_frames=2
-    ),
-    "balanced": Chunking(
-        first_chunk_frames=2, chunk_frames=15, left_context_frames=12, right_holdback_frames=4
-    ),
-    "exact": Chunking(
-        first_chunk_frames=4, chunk_frames=25, left_context_frames=12, right_holdback_frames=10
-    ),
+    name: Chunking(**dataclasses.asdict(params)) for name, params in ENGINE_PRESETS.items()
 }
 
 

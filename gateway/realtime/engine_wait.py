@@ -16,7 +16,7 @@ import numpy as np
 
 from realtime_engine.engines.base import EngineError
 
-log = logging.getLogger("gateway.engine_wait")
+log = logging.getLogger("gateway.realtime.engine_wait")
 
 
 class EngineStalledError(EngineError):

@@ -16,8 +16,6 @@ from typing import Any
 
 from gateway.auth import ANONYMOUS
 from gateway.availability import refusal
-from gateway.contexts import ContextWorker
-from gateway.outbound import Outbound, OutCancelled, OutClose, OutEvent, Outgoing
 from gateway.protocol import (
     CLOSE_NORMAL,
     CLOSE_SERVER_ERROR,
@@ -26,7 +24,9 @@ from gateway.protocol import (
     SessionConfig,
     VoiceCreated,
 )
-from gateway.session import (
+from gateway.realtime.contexts import ContextWorker
+from gateway.realtime.outbound import Outbound, OutCancelled, OutClose, OutEvent, Outgoing
+from gateway.realtime.session import (
     Action,
     CancelContext,
     Close,
@@ -45,7 +45,7 @@ from gateway.state import GatewayState
 from realtime_engine.engines.base import UnsupportedVoiceError
 
 SegmenterFactory = Callable[[SessionConfig], Segmenter]
-log = logging.getLogger("gateway.pipeline")
+log = logging.getLogger("gateway.realtime.pipeline")
 
 
 class KeyContextQuota:

@@ -4,8 +4,8 @@ The demo imports ``web_demo/protocol.js`` for every message type, enum,
 default, limit and the binary frame header layout. The file is generated from
 the pydantic models here, so the page cannot drift from the server:
 
-    python -m gateway.protocol_export web_demo/protocol.js
-    python -m gateway.protocol_export --check web_demo/protocol.js   # exit 1 if stale
+    python -m gateway.protocol.export web_demo/protocol.js
+    python -m gateway.protocol.export --check web_demo/protocol.js   # exit 1 if stale
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ _SERVER_MODELS: tuple[type[BaseModel], ...] = tuple(
     typing.get_args(typing.get_args(p.ServerEvent)[0])
 )
 _HEADER = (
-    "// Generated from gateway/protocol.py by `python -m gateway.protocol_export "
+    "// Generated from gateway/protocol/ by `python -m gateway.protocol.export "
     "web_demo/protocol.js`.\n// Do not edit: regenerate it when the protocol changes.\n"
 )
 
@@ -180,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.check:
         current = args.path.read_text(encoding="utf-8") if args.path.is_file() else None
         if current != text:
-            print(f"{args.path} is stale: run python -m gateway.protocol_export {args.path}")
+            print(f"{args.path} is stale: run python -m gateway.protocol.export {args.path}")
             return 1
         return 0
     args.path.write_text(text, encoding="utf-8")

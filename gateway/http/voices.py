@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from gateway.http_errors import ApiError, authenticate, bad_request, error_response, parse_json_body
+from gateway.http.errors import ApiError, authenticate, bad_request, error_response, parse_json_body
 from gateway.protocol import ErrorCode, ErrorDetail
 from gateway.state import GatewayState
 from gateway.voices import (

@@ -12,15 +12,24 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 from pydantic import BaseModel
 
 from gateway.metrics import GatewayMetrics
 from gateway.protocol import ContextCancelled, ContextDone, ErrorEvent, dump_event
+from gateway.realtime.context_stats import ContextStats
 
-if TYPE_CHECKING:
-    from gateway.contexts import ContextWorker
+
+class ContextWorker(Protocol):
+    """What the writer reads of a context's worker (``gateway.realtime.contexts.ContextWorker``)."""
+
+    @property
+    def context_id(self) -> str: ...
+    @property
+    def cancelled(self) -> bool: ...
+    @property
+    def stats(self) -> ContextStats: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,19 +44,19 @@ from gateway.protocol import (
     validation_error_detail,
 )
 from gateway.protocol import decode_audio_payload as decode_audio_payload
-from gateway.session_actions import Action as Action
-from gateway.session_actions import CancelContext as CancelContext
-from gateway.session_actions import Close as Close
-from gateway.session_actions import ContextQuota as ContextQuota
-from gateway.session_actions import CreateVoice as CreateVoice
-from gateway.session_actions import EndContext as EndContext
-from gateway.session_actions import Flush as Flush
-from gateway.session_actions import OpenContext as OpenContext
-from gateway.session_actions import Segmenter as Segmenter
-from gateway.session_actions import SegmenterFactory as SegmenterFactory
-from gateway.session_actions import Send as Send
-from gateway.session_actions import Speak as Speak
-from gateway.session_actions import Unlimited as Unlimited
+from gateway.realtime.actions import Action as Action
+from gateway.realtime.actions import CancelContext as CancelContext
+from gateway.realtime.actions import Close as Close
+from gateway.realtime.actions import ContextQuota as ContextQuota
+from gateway.realtime.actions import CreateVoice as CreateVoice
+from gateway.realtime.actions import EndContext as EndContext
+from gateway.realtime.actions import Flush as Flush
+from gateway.realtime.actions import OpenContext as OpenContext
+from gateway.realtime.actions import Segmenter as Segmenter
+from gateway.realtime.actions import SegmenterFactory as SegmenterFactory
+from gateway.realtime.actions import Send as Send
+from gateway.realtime.actions import Speak as Speak
+from gateway.realtime.actions import Unlimited as Unlimited
 
 
 @dataclass

@@ -7,9 +7,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from gateway import safe_json
 from gateway.auth import AuthError
-from gateway.protocol import ErrorCode, ErrorDetail, invalid_request
+from gateway.protocol import ErrorCode, ErrorDetail, invalid_request, safe_json
 from gateway.state import GatewayState
 
 

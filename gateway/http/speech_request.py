@@ -18,7 +18,7 @@ __all__ = ["ApiError", "SpeechParams", "bad_request", "parse_speech_request"]
 
 from pydantic import ValidationError
 
-from gateway.http_errors import ApiError, bad_request
+from gateway.http.errors import ApiError, bad_request
 from gateway.protocol import ErrorCode, Sampling
 from gateway.voices import MAX_TRANSCRIPT_CHARS, reference_bytes
 

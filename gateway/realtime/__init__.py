@@ -1,0 +1,1 @@
+"""The realtime WebSocket API: session state machine, contexts, pipeline, outbound queue."""

@@ -1,0 +1,74 @@
+"""The Higgs Audio v3 code and audio format: every constant the layers share, defined once.
+
+The ground of the package: it imports nothing of the project, so every layer
+(codec, model, talker, engines, the gateway's protocol and the SDK) may import
+it. The streaming-codec chunking and its named presets live here too, because
+the engine runs them and the gateway's protocol offers them by name.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Final, Literal, get_args
+
+SAMPLE_RATE: Final = 24_000  # Hz, of the codec's PCM
+FRAME_SAMPLES: Final = 960  # one codec frame (the codec's hop): 40 ms
+FRAMES_PER_SECOND: Final = SAMPLE_RATE // FRAME_SAMPLES  # 25
+
+NUM_CODEBOOKS: Final = 8
+CODEBOOK_SIZE: Final = 1024  # real codes are 0..1023
+BOC: Final = CODEBOOK_SIZE  # begin-of-codebook (delay padding at the start)
+EOC: Final = CODEBOOK_SIZE + 1  # end-of-codebook (delay padding at the end)
+CODEBOOK_VOCAB: Final = CODEBOOK_SIZE + 2  # codes + BOC + EOC
+
+# The delay pattern: codebook c of frame t sits in row t + c, so frame t is
+# complete at row t + DELAY_ROWS and T frames take T + DELAY_ROWS rows.
+DELAY_ROWS: Final = NUM_CODEBOOKS - 1
+
+
+def rows_for_frames(frames: int) -> int:
+    """Talker rows that carry ``frames`` complete codec frames."""
+    return frames + DELAY_ROWS
+
+
+def rows_for_seconds(seconds: float) -> int:
+    """Talker rows that carry ``seconds`` of audio (the last frame completed)."""
+    return rows_for_frames(math.ceil(seconds * FRAMES_PER_SECOND))
+
+
+@dataclass(frozen=True)
+class ChunkingParams:
+    """Streaming-codec chunking in codec frames (see docs/presets.md)."""
+
+    first_chunk_frames: int
+    chunk_frames: int
+    left_context_frames: int
+    right_holdback_frames: int
+    # After the first chunk, chunk sizes grow geometrically by this ratio up to
+    # ``chunk_frames`` so the client's buffer grows instead of draining; safe
+    # (no underrun) while the talker runs at >= this many times real time.
+    # None: jump straight to ``chunk_frames`` (see docs/presets.md).
+    chunk_growth: float | None = 1.5
+
+
+PresetName = Literal["latency", "balanced", "exact"]
+
+PRESETS: Final[dict[str, ChunkingParams]] = {
+    # First audio after 1 frame + 2 holdback; small edge error.
+    "latency": ChunkingParams(
+        first_chunk_frames=1, chunk_frames=10, left_context_frames=10, right_holdback_frames=2
+    ),
+    "balanced": ChunkingParams(
+        first_chunk_frames=2, chunk_frames=15, left_context_frames=12, right_holdback_frames=4
+    ),
+    # Holdback covers the receptive field: identical to whole decoding.
+    "exact": ChunkingParams(
+        first_chunk_frames=4, chunk_frames=25, left_context_frames=12, right_holdback_frames=10
+    ),
+}
+DEFAULT_PRESET: Final[PresetName] = "balanced"
+
+# The type and the table name the same presets (checked once, at import).
+if tuple(PRESETS) != get_args(PresetName):
+    raise AssertionError("PresetName and PRESETS disagree")

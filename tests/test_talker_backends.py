@@ -1,0 +1,66 @@
+"""Choosing the talker runner: the backend resolved once, its typed options applied."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from realtime_engine.engines.higgs import HiggsEngine
+from realtime_engine.talker.backends import (
+    ReferenceOptions,
+    TalkerOptionsError,
+    VllmOptions,
+    parse_talker_options,
+    resolve_backend,
+    talker_options,
+)
+from realtime_engine.talker.reference_runner import ReferenceRunner
+
+
+def test_unknown_backends_and_keys_are_named() -> None:
+    with pytest.raises(TalkerOptionsError, match=r"'onnx'.*auto, vllm, reference"):
+        resolve_backend("onnx")
+    with pytest.raises(TalkerOptionsError) as info:
+        parse_talker_options("vllm", {"max_batch": 2})
+    assert "'max_batch'" in str(info.value) and "gpu_memory_utilization" in str(info.value)
+    assert parse_talker_options("vllm", {"engine_args": {"seed": 1}}).engine_args == {"seed": 1}
+    assert parse_talker_options("reference", None) == ReferenceOptions()
+
+
+def test_resolving_auto_imports_neither_vllm_nor_zmq() -> None:
+    code = (
+        "import sys; from realtime_engine.talker.backends import resolve_backend; "
+        "resolve_backend('auto'); "
+        "sys.exit(1 if {'vllm', 'zmq'} & {m.split('.')[0] for m in sys.modules} else 0)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="auto picks vLLM on a CUDA machine")
+async def test_auto_without_a_gpu_gives_a_working_reference_runner(tiny_checkpoint: Path) -> None:
+    talker = talker_options("auto", {"max_batch": 2, "queue_rows": 16})
+    assert talker == ReferenceOptions(max_batch=2, queue_rows=16)
+    engine = HiggsEngine.from_pretrained(str(tiny_checkpoint), "cpu", talker=talker)
+    try:
+        runner = engine._runner
+        assert isinstance(runner, ReferenceRunner)
+        assert (runner.max_batch, runner.queue_rows) == (2, 16)
+        from realtime_engine.engines.base import SegmentRequest
+
+        chunks = [c async for c in engine.synthesize(SegmentRequest("f", "hello", fixed_rows=3))]
+        assert sum(c.size for c in chunks) == 3 * 960
+        assert np.isfinite(np.concatenate(chunks)).all()
+    finally:
+        await engine.close()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="auto picks vLLM on a CUDA machine")
+def test_vllm_options_do_not_fall_back_silently() -> None:
+    with pytest.raises(TalkerOptionsError, match="auto chose reference"):
+        talker_options("auto", {"max_num_seqs": 64, "gpu_memory_utilization": 0.9})
+    assert isinstance(talker_options("vllm", {"max_num_seqs": 64}), VllmOptions)

@@ -23,7 +23,7 @@ def default_compilation_config() -> dict[str, Any]:
     runs mixed batches in one routine, so one graph per token count serves
     prefills too.
     """
-    return {"cudagraph_mode": "FULL"}
+    return {"cudagraph_mode": "FULL", "max_cudagraph_capture_size": 512}
 
 
 def cuda_present() -> bool:

@@ -24,6 +24,7 @@ from gateway.drain import ENGINE_DEAD_EXIT_STATUS
 from gateway.settings import GatewaySettings
 from realtime_engine.engines.fake import FakeEngine
 from realtime_engine.engines.higgs import HiggsEngine
+from realtime_engine.talker.backends import ReferenceOptions
 from realtime_engine.talker.reference_runner import ReferenceRunner
 
 
@@ -51,7 +52,7 @@ def kill_thread(thread: threading.Thread, runner: ReferenceRunner) -> None:
 
 
 async def test_reference_talker_thread_death(tiny_checkpoint: Path) -> None:
-    engine = HiggsEngine.from_pretrained(str(tiny_checkpoint), "cpu", backend="reference")
+    engine = HiggsEngine.from_pretrained(str(tiny_checkpoint), "cpu", talker=ReferenceOptions())
     runner = engine._runner
     assert isinstance(runner, ReferenceRunner)
     app = create_app(GatewaySettings(), engine, segmenter_factory=sentence_segmenter)

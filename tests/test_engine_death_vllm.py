@@ -34,20 +34,22 @@ def engine_core_pids(runner: Any) -> list[int]:
 async def test_killing_the_engine_core_fails_every_context(tiny_checkpoint: Path) -> None:
     apply_cpu_vllm_env()
     from realtime_engine.engines.higgs import HiggsEngine
+    from realtime_engine.talker.backends import VllmOptions
     from realtime_engine.talker.vllm_runner import VllmTalkerRunner
 
     engine = HiggsEngine.from_pretrained(
         str(tiny_checkpoint),
         "cpu",
-        backend="vllm",
-        runner_options={
-            "max_num_seqs": 8,
-            "max_model_len": 1024,
-            "dtype": "float32",
-            "enforce_eager": True,
-            "block_size": BLOCK_SIZE,
-            "num_gpu_blocks_override": 8 * 1024 // BLOCK_SIZE + 1,
-        },
+        talker=VllmOptions(
+            max_num_seqs=8,
+            max_model_len=1024,
+            dtype="float32",
+            enforce_eager=True,
+            engine_args={
+                "block_size": BLOCK_SIZE,
+                "num_gpu_blocks_override": 8 * 1024 // BLOCK_SIZE + 1,
+            },
+        ),
     )
     runner = engine._runner
     assert isinstance(runner, VllmTalkerRunner)

@@ -18,6 +18,7 @@ from realtime_engine.engines.higgs import HiggsEngine
 from realtime_engine.model.config import AUDIO_PLACEHOLDER_ID
 from realtime_engine.model.loader import LoadedTalker, load_talker
 from realtime_engine.model.prompts import build_clone_prompt, build_zero_shot_prompt
+from realtime_engine.talker.backends import ReferenceOptions
 from realtime_engine.talker.reference_runner import ReferenceRunner
 from realtime_engine.talker.types import TalkerRequest, TalkerSampling
 
@@ -174,7 +175,7 @@ async def test_a_broken_bundled_encoder_turns_cloning_off_naming_the_tensor(
     missing = CODEC_PREFIX + "acoustic_encoder.conv2.weight"
     del state[missing]
     save_file(state, str(tmp_path / "model.safetensors"))
-    engine = HiggsEngine.from_pretrained(str(tmp_path), "cpu", backend="reference")
+    engine = HiggsEngine.from_pretrained(str(tmp_path), "cpu", talker=ReferenceOptions())
     try:
         assert not engine.supports_voice_cloning
         with pytest.raises(UnsupportedVoiceError, match=r"acoustic_encoder\.conv2\.weight"):
@@ -186,7 +187,7 @@ async def test_a_broken_bundled_encoder_turns_cloning_off_naming_the_tensor(
 
 
 async def test_the_tiny_engine_encodes_references(tiny_checkpoint: Path) -> None:
-    engine = HiggsEngine.from_pretrained(str(tiny_checkpoint), "cpu", backend="reference")
+    engine = HiggsEngine.from_pretrained(str(tiny_checkpoint), "cpu", talker=ReferenceOptions())
     try:
         assert engine.supports_voice_cloning
         t = np.arange(36_000) / 24_000

@@ -18,6 +18,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from bench.server import gateway_app, serve
 from realtime_engine.engines.fake import FakeEngine
 from realtime_engine.engines.higgs import HiggsEngine
+from realtime_engine.talker.backends import ReferenceOptions
 
 SESSION = {"output": {"format": "pcm_f32"}, "sampling": {"seed": 3}, "max_audio_seconds": 0.4}
 CLIP = wav_s16(tone(1.5))
@@ -71,7 +72,7 @@ async def _speak(ws: ClientConnection, context_id: str, text: str) -> list[dict[
 
 @pytest_asyncio.fixture
 async def higgs(tiny_checkpoint: Path) -> AsyncIterator[tuple[str, HiggsEngine]]:
-    engine = HiggsEngine.from_pretrained(str(tiny_checkpoint), "cpu", backend="reference")
+    engine = HiggsEngine.from_pretrained(str(tiny_checkpoint), "cpu", talker=ReferenceOptions())
     assert engine.supports_voice_cloning  # the tiny checkpoint carries the encoder
     async with serve(gateway_app(engine)) as base:
         yield base, engine

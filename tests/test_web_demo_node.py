@@ -329,3 +329,36 @@ async def test_the_page_connects_speaks_streams_and_barges_in(tmp_path: Path) ->
     assert page["stateAfterCancel"] == "cancelled"
     assert page["status"] == "disconnected"
     assert any(line.endswith("  disconnected") for line in page["log"])
+
+
+RECONNECT_SCRIPT = r"""
+const [demo] = process.argv.slice(2);
+const { Reconnector, describeClose } = await import(`${demo}/connection.js`);
+const fixed = (r) => new Reconnector({ baseMs: 500, maxMs: 10000, random: () => r });
+const steps = [];
+const backoff = fixed(0.5); // no jitter: 0.8 + 0.4 * 0.5 = 1
+for (let i = 0; i < 7; i++) { steps.push(backoff.delayMs()); backoff.attempt += 1; }
+const hinted = fixed(0.5);
+const low = fixed(0);
+const high = fixed(1);
+console.log(JSON.stringify({
+  steps,
+  hinted: hinted.delayMs(1000),
+  hintedLater: (hinted.attempt = 3, hinted.delayMs(1000)),
+  jitter: [low.delayMs(), high.delayMs()],
+  words: [describeClose(1012), describeClose(1006), describeClose(4999, "odd")],
+}));
+"""
+
+
+async def test_reconnect_backs_off_and_honours_the_retry_hint(tmp_path: Path) -> None:
+    result = await _run_node(RECONNECT_SCRIPT, tmp_path, DEMO.as_uri())
+    assert result["steps"] == [500, 1000, 2000, 4000, 8000, 10000, 10000]
+    assert result["hinted"] == 1000  # the server's retry_after_ms beats a shorter backoff
+    assert result["hintedLater"] == 4000  # and a longer backoff beats the hint
+    assert result["jitter"] == pytest.approx([400, 600])
+    assert result["words"] == [
+        "the server is restarting (code 1012)",
+        "the connection dropped (code 1006)",
+        "the connection closed: odd (code 4999)",
+    ]

@@ -24,7 +24,11 @@ decides which cut to take. In ``auto`` mode, measuring length as spoken weight
 4. Time: when ``max_buffer_delay_ms`` has passed since the first unspoken
    character arrived, everything up to the last decided cut is spoken; the
    very end of the buffer counts as a cut when it looks finished (``!``/``?``,
-   CJK sentence punctuation, or ``.`` after a plain word).
+   CJK sentence punctuation, or ``.`` after a plain word). While the listener
+   still has audio queued (the *slack*, estimated from the text already
+   spoken, see :mod:`realtime_engine.text.slack`), the time cut waits until
+   that audio is down to ``low_water_ms``: rules 1-3 get the chance to cut at
+   a clause or sentence instead of one or two words.
 5. A cut is taken only when it is decided, which needs the character after it:
    a trailing ``3.``, ``Dr.`` or ``<|emo`` waits for more text (or a flush).
 
@@ -55,6 +59,7 @@ from realtime_engine.text.boundaries import (
     ends_safely,
     pending_tag_start,
 )
+from realtime_engine.text.slack import PlaybackEstimate
 
 Mode = Literal["auto", "manual"]
 CutReason = Literal["sentence", "clause", "length", "timeout", "flush", "end"]
@@ -72,12 +77,19 @@ class SegmenterConfig:
     sentence_min_chars: int = 24
     clause_min_chars: int = 80
     max_chars: int = 240
+    # Slack estimate (0 turns it off): how long one unit of spoken weight plays
+    # at the fastest likely speaking rate, and how much queued audio a time cut
+    # waits for at most.
+    speech_ms_per_char: float = 55.0
+    low_water_ms: float = 800.0
 
     def __post_init__(self) -> None:
         if self.mode not in ("auto", "manual"):
             raise SegmenterError(f"mode must be 'auto' or 'manual', got {self.mode!r}")
-        if self.max_buffer_delay_ms < 0:
-            raise SegmenterError("max_buffer_delay_ms must be >= 0")
+        if min(self.max_buffer_delay_ms, self.speech_ms_per_char, self.low_water_ms) < 0:
+            raise SegmenterError(
+                "max_buffer_delay_ms, speech_ms_per_char and low_water_ms must be >= 0"
+            )
         sizes = (self.first_clause_min_chars, self.sentence_min_chars, self.clause_min_chars)
         if min(sizes) < 1 or self.max_chars < max(sizes):
             raise SegmenterError(
@@ -131,6 +143,8 @@ class TextSegmenter:
         self._cum0 = 0
         self._index = 0
         self._ended = False
+        self._now: float | None = None  # the latest time given to feed/poll
+        self._playback = PlaybackEstimate(self.config.speech_ms_per_char)
 
     # ------------------------------------------------------------------ state
 
@@ -155,7 +169,13 @@ class TextSegmenter:
         first = self._first_spoken_arrival()
         if first is None or self._time_cut_pos() is None:
             return None
-        return first + self.config.max_buffer_delay_ms
+        return self._time_deadline(first)
+
+    def _time_deadline(self, first_arrival: float) -> float:
+        """The buffer delay, pushed back while queued audio has slack to spare."""
+        by_delay = first_arrival + self.config.max_buffer_delay_ms
+        runs_dry = self._playback.ends_at() - self.config.low_water_ms
+        return max(by_delay, runs_dry)
 
     # ------------------------------------------------------------------ input
 
@@ -164,6 +184,7 @@ class TextSegmenter:
             raise SegmenterError("feed() after end()")
         if not isinstance(fragment, str):
             raise SegmenterError(f"text must be str, got {type(fragment).__name__}")
+        self._tick(now_ms)
         if fragment:
             self._arrivals.append((self._offset + len(self._text), now_ms))
             self._append(fragment)
@@ -174,6 +195,7 @@ class TextSegmenter:
     def poll(self, now_ms: float) -> list[Segment]:
         if self._ended or self.config.mode == "manual":
             return []
+        self._tick(now_ms)
         return self._cut_by_time(now_ms)
 
     def flush(self) -> list[Segment]:
@@ -256,7 +278,7 @@ class TextSegmenter:
 
     def _cut_by_time(self, now_ms: float) -> list[Segment]:
         first = self._first_spoken_arrival()
-        if first is None or now_ms - first < self.config.max_buffer_delay_ms:
+        if first is None or now_ms < self._time_deadline(first):
             return []
         pos = self._time_cut_pos()
         return [] if pos is None else [self._emit(pos, "timeout")]
@@ -289,7 +311,14 @@ class TextSegmenter:
             for i in range(start + 1, len(self._text) + 1):
                 self._cum[base + i] -= min(i, end) - start
 
+    def _tick(self, now_ms: float) -> None:
+        # A clock that steps back (another source) never moves the estimate back.
+        self._now = now_ms if self._now is None else max(self._now, now_ms)
+
     def _emit(self, pos: int, reason: CutReason) -> Segment:
+        if self._now is not None:
+            weight = self._cum[self._cum0 + pos] - self._cum[self._cum0]
+            self._playback.add(weight, self._now)
         segment = Segment(
             text=self._text[:pos],
             index=self._index,

@@ -77,18 +77,22 @@ class SegmenterConfig:
     sentence_min_chars: int = 24
     clause_min_chars: int = 80
     max_chars: int = 240
-    # Slack estimate (0 turns it off): how long one unit of spoken weight plays
-    # at the fastest likely speaking rate, and how much queued audio a time cut
-    # waits for at most.
+    # Slack estimate (speech_ms_per_char=0 turns it off): how long one unit of
+    # spoken weight plays at the fastest likely speaking rate; how much queued
+    # audio a time cut leaves at least; and, on top, which share of the waiting
+    # text's own duration (an engine's worst first-audio time for a segment).
     speech_ms_per_char: float = 55.0
     low_water_ms: float = 800.0
+    synthesis_rtf: float = 0.5
 
     def __post_init__(self) -> None:
         if self.mode not in ("auto", "manual"):
             raise SegmenterError(f"mode must be 'auto' or 'manual', got {self.mode!r}")
-        if min(self.max_buffer_delay_ms, self.speech_ms_per_char, self.low_water_ms) < 0:
+        slack = (self.speech_ms_per_char, self.low_water_ms, self.synthesis_rtf)
+        if min(self.max_buffer_delay_ms, *slack) < 0:
             raise SegmenterError(
-                "max_buffer_delay_ms, speech_ms_per_char and low_water_ms must be >= 0"
+                "max_buffer_delay_ms, speech_ms_per_char, low_water_ms and synthesis_rtf "
+                "must be >= 0"
             )
         sizes = (self.first_clause_min_chars, self.sentence_min_chars, self.clause_min_chars)
         if min(sizes) < 1 or self.max_chars < max(sizes):
@@ -172,10 +176,18 @@ class TextSegmenter:
         return self._time_deadline(first)
 
     def _time_deadline(self, first_arrival: float) -> float:
-        """The buffer delay, pushed back while queued audio has slack to spare."""
-        by_delay = first_arrival + self.config.max_buffer_delay_ms
-        runs_dry = self._playback.ends_at() - self.config.low_water_ms
-        return max(by_delay, runs_dry)
+        """The buffer delay, pushed back while queued audio has slack to spare.
+
+        The wait ends earlier the more text is waiting: an engine that makes a
+        segment's audio before sending it (the CPU voice does, per clause
+        group) needs time in proportion to the segment, so the queue must
+        still cover ``synthesis_rtf`` of the waiting text's own duration.
+        """
+        cfg = self.config
+        by_delay = first_arrival + cfg.max_buffer_delay_ms
+        waiting = self._cum[-1] - self._cum[self._cum0]
+        lead = cfg.low_water_ms + waiting * cfg.speech_ms_per_char * cfg.synthesis_rtf
+        return max(by_delay, self._playback.ends_at() - lead)
 
     # ------------------------------------------------------------------ input
 

@@ -83,7 +83,7 @@ class SegmenterConfig:
     # text's own duration (an engine's worst first-audio time for a segment).
     speech_ms_per_char: float = 55.0
     low_water_ms: float = 800.0
-    synthesis_rtf: float = 0.5
+    synthesis_rtf: float = 0.7
 
     def __post_init__(self) -> None:
         if self.mode not in ("auto", "manual"):
@@ -148,7 +148,7 @@ class TextSegmenter:
         self._index = 0
         self._ended = False
         self._now: float | None = None  # the latest time given to feed/poll
-        self._playback = PlaybackEstimate(self.config.speech_ms_per_char)
+        self._playback = PlaybackEstimate(self.config.speech_ms_per_char, self.config.synthesis_rtf)
 
     # ------------------------------------------------------------------ state
 
@@ -178,16 +178,14 @@ class TextSegmenter:
     def _time_deadline(self, first_arrival: float) -> float:
         """The buffer delay, pushed back while queued audio has slack to spare.
 
-        The wait ends earlier the more text is waiting: an engine that makes a
-        segment's audio before sending it (the CPU voice does, per clause
-        group) needs time in proportion to the segment, so the queue must
-        still cover ``synthesis_rtf`` of the waiting text's own duration.
+        The slack must cover the engine's backlog and the time to voice the
+        waiting text itself (see :mod:`realtime_engine.text.slack`), so the
+        more text waits, the sooner it is cut.
         """
         cfg = self.config
         by_delay = first_arrival + cfg.max_buffer_delay_ms
         waiting = self._cum[-1] - self._cum[self._cum0]
-        lead = cfg.low_water_ms + waiting * cfg.speech_ms_per_char * cfg.synthesis_rtf
-        return max(by_delay, self._playback.ends_at() - lead)
+        return max(by_delay, self._playback.latest_safe_cut(waiting, cfg.low_water_ms))
 
     # ------------------------------------------------------------------ input
 

@@ -26,9 +26,10 @@ decides which cut to take. In ``auto`` mode, measuring length as spoken weight
    very end of the buffer counts as a cut when it looks finished (``!``/``?``,
    CJK sentence punctuation, or ``.`` after a plain word). While the listener
    still has audio queued (the *slack*, estimated from the text already
-   spoken, see :mod:`realtime_engine.text.slack`), the time cut waits until
-   that audio is down to ``low_water_ms``: rules 1-3 get the chance to cut at
-   a clause or sentence instead of one or two words.
+   spoken, see :mod:`realtime_engine.text.slack`), the time cut waits as long
+   as the waiting text can still be made and queued ``low_water_ms`` before
+   that audio runs out: rules 1-3 get the chance to cut at a clause or
+   sentence instead of one or two words.
 5. A cut is taken only when it is decided, which needs the character after it:
    a trailing ``3.``, ``Dr.`` or ``<|emo`` waits for more text (or a flush).
 
@@ -78,9 +79,9 @@ class SegmenterConfig:
     clause_min_chars: int = 80
     max_chars: int = 240
     # Slack estimate (speech_ms_per_char=0 turns it off): how long one unit of
-    # spoken weight plays at the fastest likely speaking rate; how much queued
-    # audio a time cut leaves at least; and, on top, which share of the waiting
-    # text's own duration (an engine's worst first-audio time for a segment).
+    # spoken weight plays at the fastest likely speaking rate; how much audio
+    # must still be queued when a delayed segment's audio is ready; and the
+    # engine speed assumed (work per second of audio, whole segment first).
     speech_ms_per_char: float = 55.0
     low_water_ms: float = 800.0
     synthesis_rtf: float = 0.7

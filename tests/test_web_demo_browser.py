@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -59,6 +60,19 @@ def _require_browser() -> None:
     pytest.skip(missing)
 
 
+class GatedCpuVoice(CpuVoiceEngine):
+    """The CPU voice, whose warm-up waits for a gate: the server refuses sessions
+    with a retryable 1013 ("the engine is warming up") for as long as the test likes."""
+
+    def __init__(self, gate: asyncio.Event) -> None:
+        super().__init__()
+        self._gate = gate
+
+    async def start(self) -> None:
+        await self._gate.wait()
+        await super().start()
+
+
 class RestartableServer:
     """The gateway with the CPU voice on one port that survives a stop and a start."""
 
@@ -66,9 +80,17 @@ class RestartableServer:
         self.port = 0
         self._server: uvicorn.Server | None = None
         self._task: asyncio.Task[None] | None = None
+        self.warm_gate: asyncio.Event | None = None
 
-    async def start(self) -> None:
-        app = create_app(GatewaySettings(), CpuVoiceEngine())  # fresh state, as a restart has
+    async def start(self, gated: bool = False) -> None:
+        if gated:
+            # Accept connections at once, refuse sessions until the gate opens.
+            self.warm_gate = asyncio.Event()
+            settings = GatewaySettings(warm_in_background=True)
+            engine: CpuVoiceEngine = GatedCpuVoice(self.warm_gate)
+        else:
+            settings, engine = GatewaySettings(), CpuVoiceEngine()
+        app = create_app(settings, engine)  # fresh state, as a restart has
         config = uvicorn.Config(
             app, host="127.0.0.1", port=self.port, lifespan="on", log_level="warning"
         )
@@ -121,8 +143,12 @@ async def _drive(server: RestartableServer, out_dir: Path) -> dict[str, Any]:
         elif message.get("ask") == "stop-server":
             await server.stop()
             process.stdin.write(b"ok\n")
-        elif message.get("ask") == "start-server":
-            await server.start()
+        elif message.get("ask") == "start-server-warming":
+            await server.start(gated=True)
+            process.stdin.write(b"ok\n")
+        elif message.get("ask") == "finish-warm-up":
+            assert server.warm_gate is not None
+            server.warm_gate.set()
             process.stdin.write(b"ok\n")
         await process.stdin.drain()
     await process.wait()
@@ -185,7 +211,13 @@ async def test_the_demo_plays_barges_in_and_survives_a_restart_in_chromium(
     assert lost["state"].startswith("connection lost: ")
     assert lost["buffered"] == 0
     assert any("connection lost" in line for line in lost["log"])
-    # ... and comes back by itself once the server is up again.
+    # ... retries while the restarted server refuses (1013, warming up), no sooner
+    # than the server's retry_after_ms (1000 ms) ...
+    refusal = page["warmingLine"]
+    assert "the engine is warming up" in refusal
+    waited = re.search(r"reconnecting in (\d+\.\d) s", refusal)
+    assert waited is not None and float(waited.group(1)) >= 1.0, refusal
+    # ... and comes back by itself once the server is ready.
     assert any(line.endswith("reconnected") for line in page["reconnectedLog"])
     assert page["speaksAfterReconnect"] is True
 

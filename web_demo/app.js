@@ -229,11 +229,11 @@ async function openConnection() {
     ui.client = client;
     ui.session = session;
     ui.settingsDirty = true;
+    log(`connected to ${session.model}`);
     await applySettings();
     ui.reconnect.succeeded();
     if (ui.lost !== null) log("reconnected", "ok");
     ui.lost = null;
-    log(`connected to ${session.model}`);
   } catch (error) {
     onConnectFailed(error);
   } finally {

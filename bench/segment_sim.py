@@ -74,9 +74,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rates", default="4,8,30,100", help="tokens per second, comma-separated")
     args = parser.parse_args(argv)
     rates = [float(r) for r in args.rates.split(",")]
+    default = SegmenterConfig()
     configs = {
         "time cut at 250 ms (no slack)": SegmenterConfig(speech_ms_per_char=0),
-        "slack-aware (default)": SegmenterConfig(),
+        f"slack-aware (default, synthesis_rtf={default.synthesis_rtf:g})": default,
+        "slack-aware, faster engine (synthesis_rtf=0.5)": SegmenterConfig(synthesis_rtf=0.5),
     }
     print(length_table(rates, configs))
 

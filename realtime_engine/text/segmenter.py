@@ -84,7 +84,7 @@ class SegmenterConfig:
     # engine speed assumed (work per second of audio, whole segment first).
     speech_ms_per_char: float = 55.0
     low_water_ms: float = 800.0
-    synthesis_rtf: float = 0.7
+    synthesis_rtf: float = 0.8
 
     def __post_init__(self) -> None:
         if self.mode not in ("auto", "manual"):

@@ -61,6 +61,28 @@ def summarize_level(
         "server_metrics": server_metric_summaries(
             [r.server_metrics or {} for r in measured if r.ok]
         ),
+        **segment_summaries([r.segments for r in measured if r.ok]),
+    }
+
+
+# A segment of this many words or fewer is a "short piece": choppy prosody.
+SHORT_SEGMENT_WORDS = 2
+
+
+def segment_summaries(streams: list[list[tuple[int, str]]]) -> dict[str, Any]:
+    """How the server cut the text (from ``segment.started``): lengths in characters.
+
+    The first segment is summarised apart: it is kept short on purpose (TTFA).
+    """
+    first = [len(segments[0][1].strip()) for segments in streams if segments]
+    later = [text.strip() for segments in streams for _, text in segments[1:]]
+    short = sum(1 for text in later if len(text.split()) <= SHORT_SEGMENT_WORDS)
+    return {
+        "segments_per_stream": summarize([float(len(s)) for s in streams], 2),
+        "first_segment_chars": summarize([float(n) for n in first], 1),
+        "segment_chars": summarize([float(len(text)) for text in later], 1),
+        "short_segments": short,
+        "later_segments": len(later),
     }
 
 

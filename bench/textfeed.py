@@ -26,6 +26,24 @@ TEXTS: tuple[str, ...] = (
     "This is a streaming speech synthesis benchmark that measures latency and throughput.",
 )
 
+# Replies the length a chat model gives (300-400 characters, ~20 s of speech),
+# for measuring how the server cuts LLM-paced text (``bench.segment_sim``).
+REPLIES: tuple[str, ...] = (
+    "Sure, here is a quick summary. The meeting moved to Thursday at ten, because two of "
+    "the speakers could not make it on Monday. Please bring the draft report, the budget "
+    "sheet and your notes from last week. If anything is unclear, send me a message before "
+    "Wednesday evening, and I will update the agenda so that everyone has time to prepare.",
+    "Okay. I checked the logs, and the error started yesterday around noon. It seems the "
+    "cache filled up, so new requests waited for a slot and then timed out. I cleared it, "
+    "restarted the worker, and watched it for an hour; everything looks normal now. Next "
+    "week we should add an alert for this, so that it cannot happen again without anyone "
+    "noticing.",
+    "Great question! Plants turn light into food through photosynthesis: the leaves take in "
+    "carbon dioxide from the air and water from the roots, and sunlight gives them the energy "
+    "to make sugar. Oxygen is what is left over, and it goes back into the air. That is why "
+    "forests matter so much for the air we breathe.",
+)
+
 # Word-piece-like tokens: a word with its leading space, a run of punctuation,
 # or the whitespace left over. Long words are cut into pieces of at most 6
 # letters, as subword tokenizers do.

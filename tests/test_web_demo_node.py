@@ -264,6 +264,12 @@ globalThis.AudioContext = class {
   createBufferSource() {
     return { connect() {}, start: () => { this.scheduled += 1; }, stop() {} };
   }
+  createGain() {
+    return { gain: { value: 1 }, connect() {}, disconnect() {} };
+  }
+  createAnalyser() {
+    return { fftSize: 2048, connect() {}, getFloatTimeDomainData(out) { out.fill(0); } };
+  }
 };
 
 const until = async (what, check) => {
@@ -287,15 +293,17 @@ const afterSpeak = {
   metrics: elements.metrics.tBodies[0].children.map((row) => row.children[0].textContent),
 };
 elements.stream.fire("click");
-const turnStarted = (turn) => (line) => line.includes(`segment.started {"context_id":"${turn}"`);
+const turnStarted = (turn) => (line) => line.includes(`${turn}: speaking “`);
 await until("streamed audio", () => logText().some(turnStarted("turn-2")));
 elements.cancel.fire("click");
-await until("cancelled", () => logText().some((line) => line.includes("context.cancelled")));
+const stateAfterCancel = elements.status.textContent;
+await until("cancelled", () => logText().some((line) => line.includes("turn-2: cancelled after")));
 const cancelDisabled = elements.cancel.disabled;
 elements.disconnect.fire("click");
-await until("closed", () => elements.status.textContent.startsWith("closed"));
+await until("closed", () => elements.status.textContent === "disconnected");
 console.log(JSON.stringify({
-  afterSpeak, cancelDisabled, log: logText(), errors: errors().map((e) => e.textContent),
+  afterSpeak, cancelDisabled, stateAfterCancel, log: logText(),
+  errors: errors().map((e) => e.textContent),
   format: elements.format.value, status: elements.status.textContent,
 }));
 process.exit(0);
@@ -318,4 +326,39 @@ async def test_the_page_connects_speaks_streams_and_barges_in(tmp_path: Path) ->
     assert page["afterSpeak"]["frames"] > 0
     assert page["afterSpeak"]["metrics"] == [*ContextMetrics.model_fields, "audio_ms"]
     assert page["cancelDisabled"] is True
-    assert page["status"].startswith("closed (1000")
+    assert page["stateAfterCancel"] == "cancelled"
+    assert page["status"] == "disconnected"
+    assert any(line.endswith("  disconnected") for line in page["log"])
+
+
+RECONNECT_SCRIPT = r"""
+const [demo] = process.argv.slice(2);
+const { Reconnector, describeClose } = await import(`${demo}/connection.js`);
+const fixed = (r) => new Reconnector({ baseMs: 500, maxMs: 10000, random: () => r });
+const steps = [];
+const backoff = fixed(0.5); // no jitter: 0.8 + 0.4 * 0.5 = 1
+for (let i = 0; i < 7; i++) { steps.push(backoff.delayMs()); backoff.attempt += 1; }
+const hinted = fixed(0.5);
+const low = fixed(0);
+const high = fixed(1);
+console.log(JSON.stringify({
+  steps,
+  hinted: hinted.delayMs(1000),
+  hintedLater: (hinted.attempt = 3, hinted.delayMs(1000)),
+  jitter: [low.delayMs(), high.delayMs()],
+  words: [describeClose(1012), describeClose(1006), describeClose(4999, "odd")],
+}));
+"""
+
+
+async def test_reconnect_backs_off_and_honours_the_retry_hint(tmp_path: Path) -> None:
+    result = await _run_node(RECONNECT_SCRIPT, tmp_path, DEMO.as_uri())
+    assert result["steps"] == [500, 1000, 2000, 4000, 8000, 10000, 10000]
+    assert result["hinted"] == 1000  # the server's retry_after_ms beats a shorter backoff
+    assert result["hintedLater"] == 4000  # and a longer backoff beats the hint
+    assert result["jitter"] == pytest.approx([400, 600])
+    assert result["words"] == [
+        "the server is restarting (code 1012)",
+        "the connection dropped (code 1006)",
+        "the connection closed: odd (code 4999)",
+    ]

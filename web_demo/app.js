@@ -1,11 +1,13 @@
 // The playground page: connect, pick settings, send text (at once or token by
 // token like an LLM), play the audio as it streams, and show what happened.
 
-import { listVoices, mintToken, realtimeUrl, SpeechClient } from "./client.js";
-import { opusSupported, StreamPlayer, unlockAudio } from "./player.js";
+import { listVoices, mintToken, ProtocolError, realtimeUrl, SpeechClient } from "./client.js";
+import { describeClose, describeEvent, Reconnector } from "./connection.js";
+import { opusSupported, outputPeak, StreamPlayer, unlockAudio } from "./player.js";
 import {
   AUDIO_FORMATS,
   CONTEXT_METRICS,
+  FRAME_MS,
   LATENCY_PRESETS,
   SAMPLE_RATES,
   SERVER_EVENTS,
@@ -16,6 +18,7 @@ import { Timeline } from "./timeline.js";
 const $ = (id) => document.getElementById(id);
 const MAX_LOG_LINES = 300;
 const BYTES_PER_SAMPLE = { pcm16: 2, pcm_f32: 4, mulaw: 1 };
+const MULAW_RATE = 8000; // G.711 has one rate: the server always sends mu-law at 8 kHz
 
 const ui = {
   client: null,
@@ -23,6 +26,7 @@ const ui = {
   session: null,
   settingsDirty: true,
   context: null, // the context being spoken: { id, handle }
+  outcome: null, // how the last utterance ended: "cancelled" | null
   turn: 0,
   llmTimer: null,
   firstTextAt: null,
@@ -30,6 +34,9 @@ const ui = {
   frames: 0,
   audioMs: 0,
   timeline: null,
+  connecting: false,
+  lost: null, // plain-words reason the connection was lost, while reconnecting
+  reconnect: null,
 };
 
 function fillSelect(select, values, selected, label = String) {
@@ -42,27 +49,63 @@ function fillSelect(select, values, selected, label = String) {
   );
 }
 
-function log(text, kind = "") {
+/** One log line: plain words, and the raw event (if any) under them. */
+function log(text, kind = "", raw = null) {
   const item = document.createElement("li");
   item.textContent = `${new Date().toISOString().slice(11, 23)}  ${text}`;
+  if (raw !== null) {
+    const code = document.createElement("code");
+    code.textContent = raw;
+    item.append(code);
+  }
   if (kind) item.className = kind;
   const list = $("log");
   list.prepend(item);
   while (list.children.length > MAX_LOG_LINES) list.lastChild.remove();
 }
 
-function setStatus(text, kind) {
-  const status = $("status");
-  status.textContent = text;
-  status.className = `status ${kind}`;
+function hint(text, kind = "") {
+  $("hint").textContent = text;
+  $("hint").className = kind ? `hint ${kind}` : "hint";
 }
 
-function setConnected(connected) {
-  $("connect").disabled = connected;
-  $("disconnect").disabled = !connected;
-  $("api-key").disabled = connected;
+// ------------------------------------------------------------------ page state
+
+/** What the page is doing, in plain words: [text, css class]. */
+function pageState() {
+  if (ui.lost !== null) {
+    const wait = ui.reconnect.waitS();
+    const retry = wait === null ? "reconnecting…" : `reconnecting in ${wait.toFixed(1)} s`;
+    return [`connection lost: ${ui.lost} · ${retry}`, "error"];
+  }
+  if (ui.connecting) return ["connecting…", "busy"];
+  if (ui.client === null) return ["disconnected", "idle"];
+  if (ui.player !== null && ui.player.bufferedS() > 0) return ["speaking", "live speaking"];
+  if (ui.context !== null) return ["buffering", "busy"];
+  if (ui.outcome === "cancelled") return ["cancelled", "live cancelled"];
+  return ["ready", "live"];
+}
+
+function showState() {
+  const [text, kind] = pageState();
+  const status = $("status");
+  if (status.textContent !== text) status.textContent = text;
+  if (status.className !== `status ${kind}`) status.className = `status ${kind}`;
+}
+
+function playing() {
+  return ui.player !== null && ui.player.bufferedS() > 0;
+}
+
+function updateButtons() {
+  const connected = ui.client !== null;
+  const wanted = connected || ui.connecting || ui.lost !== null;
+  $("connect").disabled = wanted;
+  $("disconnect").disabled = !wanted; // also stops a reconnect in progress
+  $("api-key").disabled = wanted;
   for (const id of ["speak", "stream"]) $(id).disabled = !connected;
-  $("cancel").disabled = !connected || ui.context === null;
+  // Barge-in works as long as there is anything to stop, not only while the server generates.
+  $("cancel").disabled = ui.context === null && !playing();
 }
 
 function sinceFirstText() {
@@ -107,8 +150,25 @@ async function chosenOutput() {
     log("this browser has no WebCodecs Opus decoder: asking for pcm16 instead");
     format = "pcm16";
     $("format").value = format;
+    showFormatRate();
   }
-  return { format, sample_rate: format === "mulaw" ? 8000 : sampleRate };
+  const rate = format === "mulaw" ? MULAW_RATE : sampleRate;
+  return { format, sample_rate: rate, frame_ms: Number($("frame-ms").value) };
+}
+
+/** mu-law runs at 8 kHz only: the rate box says so and is locked while it is chosen. */
+let rateBeforeMulaw = null;
+function showFormatRate() {
+  const mulaw = $("format").value === "mulaw";
+  const rate = $("sample-rate");
+  if (mulaw && rateBeforeMulaw === null) {
+    rateBeforeMulaw = rate.value;
+    rate.value = String(MULAW_RATE);
+  } else if (!mulaw && rateBeforeMulaw !== null) {
+    rate.value = rateBeforeMulaw;
+    rateBeforeMulaw = null;
+  }
+  rate.disabled = mulaw;
 }
 
 async function applySettings() {
@@ -130,40 +190,101 @@ async function applySettings() {
       $("first-sound").textContent = `${(sinceFirstText() + waitMs).toFixed(0)} ms`;
     }
   };
+  // Counted where audio is scheduled: for Opus that is when the decoder returns it.
+  ui.player.onUnderrun = () => ui.timeline.addUnderrun(sinceFirstText());
   ui.player.onError = (error) => log(`audio decoder: ${error.message}`, "error");
   ui.settingsDirty = false;
   const { output } = ui.session;
-  log(`session: voice=${ui.session.voice} preset=${ui.session.latency_preset} ` +
-      `${output.format}@${output.sample_rate} ${output.frame_ms} ms frames`);
+  log(`settings: voice ${ui.session.voice}, preset ${ui.session.latency_preset}, ` +
+      `${output.format} at ${output.sample_rate} Hz, ${output.frame_ms} ms frames`);
 }
 
 // ------------------------------------------------------------------ connection
 
 async function connect(event) {
-  event.preventDefault();
-  setStatus("connecting…", "idle");
+  event?.preventDefault();
+  ui.reconnect.start();
+  await unlockAudio(); // inside the click: browsers start audio only in a gesture
+  await openConnection();
+}
+
+async function openConnection() {
+  ui.connecting = true;
+  updateButtons();
+  showState();
   try {
-    await unlockAudio();
     const apiKey = $("api-key").value.trim();
     // The key stays in this page: the socket URL only ever carries a short-lived token.
     const token = apiKey ? await mintToken(apiKey) : null;
     const voices = await listVoices(token);
-    fillSelect($("voice"), voices.map((v) => v.voice_id), SESSION_DEFAULTS.voice);
+    const chosen = $("voice").value || SESSION_DEFAULTS.voice;
+    fillSelect($("voice"), voices.map((v) => v.voice_id), chosen);
     const client = new SpeechClient(realtimeUrl(location, { token }));
-    wireClient(client);
     const { session } = await client.connect();
+    if (!ui.reconnect.wanted) {
+      client.close(); // Disconnect was pressed while this attempt was under way
+      return;
+    }
+    wireClient(client);
     ui.client = client;
     ui.session = session;
     ui.settingsDirty = true;
+    log(`connected to ${session.model}`);
     await applySettings();
-    setStatus(`connected · ${session.model}`, "live");
-    setConnected(true);
+    ui.reconnect.succeeded();
+    if (ui.lost !== null) log("reconnected", "ok");
+    ui.lost = null;
   } catch (error) {
-    setStatus("connection failed", "error");
-    log(`connect: ${error.message}`, "error");
-    ui.client?.close();
-    ui.client = null;
+    onConnectFailed(error);
+  } finally {
+    ui.connecting = false;
+    updateButtons();
+    showState();
   }
+}
+
+function onConnectFailed(error) {
+  ui.client?.close();
+  ui.client = null;
+  // Not wanted: Disconnect was pressed. Pending: the socket's close already reported it.
+  if (!ui.reconnect.wanted || ui.reconnect.pending) return;
+  const refusal = error instanceof ProtocolError ? error.error : null;
+  if (refusal !== null && !refusal.retryable) {
+    // A refusal that waiting cannot fix (a bad key, an unknown model): say so and stop.
+    ui.reconnect.stop();
+    ui.lost = null;
+    log(`connect refused: ${refusal.message} (${refusal.code})`, "error");
+    hint(`The server refused the connection: ${refusal.message}.`, "error");
+    return;
+  }
+  const reason = refusal !== null ? refusal.message : "the server cannot be reached";
+  connectionLost(reason, refusal?.retry_after_ms ?? null);
+}
+
+/** Stop the sound, say why in plain words and try again (honouring the server's hint). */
+function connectionLost(reason, retryAfterMs = null) {
+  stopLlm();
+  ui.context = null;
+  ui.player?.stop();
+  ui.lost = reason;
+  const delayMs = ui.reconnect.schedule(retryAfterMs, () => openConnection());
+  log(`connection lost: ${reason}; reconnecting in ${(delayMs / 1000).toFixed(1)} s`, "error");
+  updateButtons();
+  showState();
+}
+
+function disconnect() {
+  ui.reconnect.stop();
+  ui.lost = null;
+  stopLlm();
+  ui.context = null;
+  ui.player?.stop();
+  const client = ui.client;
+  ui.client = null;
+  client?.close();
+  log("disconnected");
+  updateButtons();
+  showState();
 }
 
 function wireClient(client) {
@@ -171,30 +292,36 @@ function wireClient(client) {
   client.addEventListener("event", (e) => onEvent(e.detail));
   client.addEventListener("frame-error", (e) => log(`frame: ${e.detail.error.message}`, "error"));
   client.addEventListener("close", (e) => {
-    stopLlm();
-    ui.context = null;
+    if (ui.client !== client) return; // a connection this page already let go of
     ui.client = null;
-    setConnected(false);
-    setStatus(`closed (${e.detail.code}${e.detail.reason ? ` ${e.detail.reason}` : ""})`, "idle");
+    const { code, reason } = e.detail;
+    if (ui.reconnect.wanted) {
+      connectionLost(describeClose(code, reason));
+    } else {
+      ui.player?.stop();
+      updateButtons();
+      showState();
+    }
   });
 }
 
 function onEvent(event) {
   const { type } = event;
   const current = ui.context !== null && event.context_id === ui.context.id;
+  const { event_id: _id, reply_to: _reply, type: _type, session: _session, ...rest } = event;
+  const raw = `${type} ${JSON.stringify(rest)}`;
   if (type === SERVER_EVENTS.ERROR) {
-    log(`error ${event.error.type}/${event.error.code}: ${event.error.message}`, "error");
+    log(describeEvent(event), "error", raw);
     return;
   }
   if (type === SERVER_EVENTS.CONTEXT_DONE && current) {
     showMetrics(event.metrics, event.audio_ms);
     ui.player?.endOfStream().catch(reportError);
-    finishContext();
+    finishContext(null);
   } else if (type === SERVER_EVENTS.CONTEXT_CANCELLED && current) {
-    finishContext();
+    finishContext("cancelled");
   }
-  const { event_id: _id, reply_to: _reply, type: _type, session: _session, ...rest } = event;
-  log(`${type} ${JSON.stringify(rest)}`);
+  if (type !== SERVER_EVENTS.SESSION_UPDATED) log(describeEvent(event), "", raw);
 }
 
 function onAudio(frame) {
@@ -211,9 +338,7 @@ function onAudio(frame) {
     : frameMs;
   ui.audioMs = frame.ptsMs + frameAudioMs;
   ui.timeline.addArrival(now);
-  const underrunsBefore = ui.player.underruns;
   ui.player.push(frame.payload, frame.ptsMs);
-  if (ui.player.underruns > underrunsBefore) ui.timeline.addUnderrun(now);
 }
 
 // ------------------------------------------------------------------ speaking
@@ -222,15 +347,17 @@ function startContext() {
   ui.turn += 1;
   const id = `turn-${ui.turn}`;
   ui.context = { id, handle: ui.client.context(id) };
+  ui.outcome = null;
   resetStats();
-  $("cancel").disabled = false;
+  updateButtons();
   return ui.context.handle;
 }
 
-function finishContext() {
+function finishContext(outcome) {
   stopLlm();
   ui.context = null;
-  $("cancel").disabled = true;
+  ui.outcome = outcome;
+  updateButtons();
 }
 
 function stopLlm() {
@@ -240,8 +367,15 @@ function stopLlm() {
 
 async function speak(asLlm) {
   const text = $("text").value;
-  if (!text.trim() || ui.client === null) return;
-  if (ui.context !== null) bargeIn();
+  if (ui.client === null) return;
+  if (!text.trim()) {
+    hint("Nothing to speak: type some text first.", "error");
+    log("nothing to speak: the text box is empty", "error");
+    return;
+  }
+  hint("");
+  // A new utterance interrupts the old one, even when only its audio is left.
+  if (ui.context !== null || playing()) bargeIn();
   // Settings may take a round trip: no second utterance may start meanwhile.
   for (const id of ["speak", "stream"]) $(id).disabled = true;
   try {
@@ -249,19 +383,22 @@ async function speak(asLlm) {
     if (ui.settingsDirty) await applySettings();
     await ui.player.start();
   } finally {
-    setConnected(ui.client !== null);
+    updateButtons();
   }
   if (ui.client === null) return; // the connection closed meanwhile
   const context = startContext();
-  ui.firstTextAt = performance.now();
   if (!asLlm) {
+    ui.firstTextAt = performance.now();
     context.append(text);
     context.end();
     return;
   }
   const tokens = text.match(/\s*\S+/g) ?? [];
   const intervalMs = 1000 / Math.max(1, Number($("token-rate").value));
-  let next = 0;
+  // TTFA counts from the first append, which goes out now, not one interval later.
+  ui.firstTextAt = performance.now();
+  context.append(tokens[0]);
+  let next = 1;
   ui.llmTimer = setInterval(() => {
     if (ui.context === null || ui.context.handle !== context) return stopLlm();
     if (next < tokens.length) {
@@ -273,14 +410,20 @@ async function speak(asLlm) {
   }, intervalMs);
 }
 
+/** Barge-in: silence at once, and cancel the server's work if it is still going. */
 function bargeIn() {
-  if (ui.context === null) return;
   stopLlm();
-  ui.context.handle.cancel();
   ui.player?.stop();
-  log(`cancel ${ui.context.id} (buffered audio dropped)`);
-  ui.context = null; // frames still in flight are ignored from now on
-  $("cancel").disabled = true;
+  if (ui.context !== null) {
+    if (ui.client?.connected) ui.context.handle.cancel();
+    log(`cancel ${ui.context.id}: buffered audio dropped`);
+    ui.context = null; // frames still in flight are ignored from now on
+  } else {
+    log("stopped the audio still playing");
+  }
+  ui.outcome = "cancelled";
+  updateButtons();
+  showState();
 }
 
 // ------------------------------------------------------------------ live stats
@@ -290,40 +433,54 @@ function refresh() {
     const bufferedMs = ui.player.bufferedS() * 1000;
     $("buffer").textContent = `${bufferedMs.toFixed(0)} ms`;
     $("underruns").textContent = String(ui.player.underruns);
-    if (ui.context !== null) ui.timeline.sampleBuffer(sinceFirstText(), bufferedMs);
+    $("decoded").textContent = ui.player.format === "opus"
+      ? String(ui.player.decodedFrames)
+      : "– (PCM)";
+    if (ui.context !== null || bufferedMs > 0) ui.timeline.sampleBuffer(sinceFirstText(), bufferedMs);
   }
   $("frames").textContent = String(ui.frames);
   $("audio-ms").textContent = `${ui.audioMs.toFixed(0)} ms`;
   ui.timeline.draw();
+  updateButtons();
+  showState();
   requestAnimationFrame(refresh);
 }
 
 function init() {
   ui.timeline = new Timeline($("timeline"));
+  ui.reconnect = new Reconnector();
   const presets = LATENCY_PRESETS.filter((p) => p !== "custom");
   fillSelect($("preset"), presets, SESSION_DEFAULTS.latency_preset);
   fillSelect($("format"), AUDIO_FORMATS, SESSION_DEFAULTS.output.format);
   fillSelect($("sample-rate"), SAMPLE_RATES, SESSION_DEFAULTS.output.sample_rate, (r) => `${r} Hz`);
+  fillSelect($("frame-ms"), FRAME_MS, SESSION_DEFAULTS.output.frame_ms, (ms) => `${ms} ms`);
   fillSelect($("voice"), [SESSION_DEFAULTS.voice], SESSION_DEFAULTS.voice);
-  for (const id of ["voice", "preset", "format", "sample-rate", "jitter"]) {
+  for (const id of ["voice", "preset", "format", "sample-rate", "frame-ms", "jitter"]) {
     $(id).addEventListener("change", () => {
       ui.settingsDirty = true; // applied before the next utterance, never mid-stream
     });
   }
-  $("format").addEventListener("change", () => {
-    $("sample-rate").disabled = $("format").value === "mulaw";
-  });
-  $("connect-form").addEventListener("submit", connect);
-  $("disconnect").addEventListener("click", () => ui.client?.close());
+  $("format").addEventListener("change", showFormatRate);
+  showFormatRate();
+  $("connect-form").addEventListener("submit", (e) => connect(e).catch(reportError));
+  $("disconnect").addEventListener("click", disconnect);
   $("speak").addEventListener("click", () => speak(false).catch(reportError));
   $("stream").addEventListener("click", () => speak(true).catch(reportError));
   $("cancel").addEventListener("click", bargeIn);
-  setConnected(false);
+  updateButtons();
+  showState();
   requestAnimationFrame(refresh);
 }
 
 function reportError(error) {
   log(error.message, "error");
 }
+
+// For tests and the curious (devtools): what the page is playing, read only.
+globalThis.speechDemo = Object.freeze({
+  state: () => pageState()[0],
+  player: () => ui.player,
+  outputPeak,
+});
 
 init();

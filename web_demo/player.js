@@ -2,6 +2,12 @@
 // on the AudioContext clock. A small jitter buffer delays the start of each
 // stream so that uneven arrivals do not become gaps; a chunk that arrives after
 // its slot has already passed is an underrun (audible gap) and re-primes it.
+// Underruns are found where audio is scheduled, which for Opus is when the
+// decoder returns it, not when the packet arrived.
+//
+// All of a player's sources go through its own gain node, so stop() silences
+// everything already scheduled at once (the node is cut from the graph) even
+// while the server is still sending.
 //
 // Decoding: PCM and mu-law in JavaScript; Opus through WebCodecs' AudioDecoder
 // (one Opus packet per frame, as the protocol sends them).
@@ -37,13 +43,36 @@ const PCM_DECODERS = { pcm16: decodePcm16, pcm_f32: decodePcmF32, mulaw: decodeM
 
 // One AudioContext for the page: browsers allow a context to start only inside a
 // user gesture, so it is made once (on the first click) and outlives players.
+// Every player feeds one analyser in front of the speakers: the page's level
+// meter (and anyone checking that a barge-in really went silent) reads it.
 let sharedAudio = null;
+let sharedOutput = null;
 
 /** The page's AudioContext, started; call it first thing in a click handler. */
 export async function unlockAudio() {
-  if (sharedAudio === null) sharedAudio = new AudioContext({ latencyHint: "interactive" });
+  if (sharedAudio === null) {
+    sharedAudio = new AudioContext({ latencyHint: "interactive" });
+    sharedOutput = sharedAudio.createAnalyser();
+    sharedOutput.fftSize = 256; // ~5 ms at 48 kHz: a level that follows a stop at once
+    sharedOutput.connect(sharedAudio.destination);
+  }
   if (sharedAudio.state === "suspended") await sharedAudio.resume();
   return sharedAudio;
+}
+
+/** The analyser every player's audio passes through (null before unlockAudio). */
+export function outputAnalyser() {
+  return sharedOutput;
+}
+
+/** Peak absolute sample the speakers get right now (0 = silence). */
+export function outputPeak() {
+  if (sharedOutput === null) return 0;
+  const samples = new Float32Array(sharedOutput.fftSize);
+  sharedOutput.getFloatTimeDomainData(samples);
+  let peak = 0;
+  for (const s of samples) peak = Math.max(peak, Math.abs(s));
+  return peak;
 }
 
 /** Whether this browser can decode the server's Opus packets (WebCodecs). */
@@ -66,6 +95,7 @@ class OpusStreamDecoder {
   constructor(sampleRate, onSamples, onError) {
     this.decoder = new AudioDecoder({
       output: (data) => {
+        this.decoded += 1;
         const samples = new Float32Array(data.numberOfFrames);
         data.copyTo(samples, { planeIndex: 0, format: "f32-planar" });
         onSamples(samples, data.sampleRate);
@@ -73,6 +103,7 @@ class OpusStreamDecoder {
       },
       error: onError,
     });
+    this.decoded = 0; // packets that came out as audio
     this.config = { codec: "opus", sampleRate, numberOfChannels: 1 };
     this.decoder.configure(this.config);
   }
@@ -119,8 +150,15 @@ export class StreamPlayer {
     this.playing = false; // a stream is being scheduled
     this.underruns = 0;
     this.scheduledS = 0; // seconds of audio scheduled since resetCounters()
+    this.gain = null; // this player's path to the speakers; replaced on every stop()
     this.onFirstSound = null; // (contextTime) => void, once per stream
+    this.onUnderrun = null; // () => void, for every underrun
     this.onError = null;
+  }
+
+  /** Opus packets decoded into audio so far (0 for the PCM formats). */
+  get decodedFrames() {
+    return this.opus ? this.opus.decoded : 0;
   }
 
   /** Create the AudioContext; call it from a user gesture (browser autoplay rules). */
@@ -162,8 +200,15 @@ export class StreamPlayer {
     this.playing = false;
   }
 
-  /** Stop at once and drop everything scheduled (barge-in). */
+  /** Stop at once and drop everything scheduled (barge-in, disconnect). */
   stop() {
+    if (this.gain) {
+      // Cutting the node silences the next render quantum (~3 ms), whatever
+      // the sources' own stop() does; a fresh node serves the next stream.
+      this.gain.gain.value = 0;
+      this.gain.disconnect();
+      this.gain = null;
+    }
     for (const source of this.sources) {
       try {
         source.stop();
@@ -181,6 +226,7 @@ export class StreamPlayer {
   resetCounters() {
     this.underruns = 0;
     this.scheduledS = 0;
+    if (this.opus) this.opus.decoded = 0;
   }
 
   close() {
@@ -188,6 +234,14 @@ export class StreamPlayer {
     this.opus?.close();
     this.opus = null;
     this.audio = null; // the page's AudioContext stays for the next player
+  }
+
+  _output() {
+    if (this.gain === null) {
+      this.gain = this.audio.createGain();
+      this.gain.connect(sharedOutput ?? this.audio.destination);
+    }
+    return this.gain;
   }
 
   _schedule(samples, rate) {
@@ -202,12 +256,13 @@ export class StreamPlayer {
     } else if (this.nextTime < now) {
       this.underruns += 1; // the chunk came after its slot: the listener heard a gap
       this.nextTime = now + this.jitterS;
+      this.onUnderrun?.();
     }
     const buffer = this.audio.createBuffer(1, samples.length, rate);
     buffer.copyToChannel(samples, 0);
     const source = this.audio.createBufferSource();
     source.buffer = buffer;
-    source.connect(this.audio.destination);
+    source.connect(this._output());
     source.onended = () => this.sources.delete(source);
     source.start(this.nextTime);
     this.sources.add(source);

@@ -3,6 +3,8 @@
 
 const MIN_SPAN_MS = 3000;
 const MIN_BUFFER_SCALE_MS = 500;
+const LABEL_BAND = 18; // px at the top kept for the labels: the line never reaches them
+const TICK_BAND = 16; // px at the bottom for the arrival ticks
 
 export class Timeline {
   constructor(canvas) {
@@ -30,6 +32,9 @@ export class Timeline {
   }
 
   draw() {
+    // Draw at the size shown, so labels keep their size on a narrow screen.
+    const shown = Math.round(this.canvas.clientWidth || 0);
+    if (shown > 0 && shown !== this.canvas.width) this.canvas.width = shown;
     const { width, height } = this.canvas;
     const g = this.context;
     g.clearRect(0, 0, width, height);
@@ -44,8 +49,8 @@ export class Timeline {
     g.fillStyle = "#ff6b6b";
     for (const at of this.underruns) g.fillRect(x(at) - 1, 0, 3, height);
 
-    const top = Math.max(MIN_BUFFER_SCALE_MS, ...this.buffer.map(([, ms]) => ms));
-    const y = (ms) => height - 18 - (ms / top) * (height - 26);
+    const top = this.buffer.reduce((max, [, ms]) => Math.max(max, ms), MIN_BUFFER_SCALE_MS);
+    const y = (ms) => height - TICK_BAND - (ms / top) * (height - TICK_BAND - LABEL_BAND);
     g.strokeStyle = "#3ecf8e";
     g.lineWidth = 1.5;
     g.beginPath();
@@ -54,7 +59,11 @@ export class Timeline {
 
     g.fillStyle = "#9aa0ad";
     g.font = "11px system-ui, sans-serif";
-    g.fillText(`buffer (max ${Math.round(top)} ms)`, 6, 12);
-    g.fillText(`${(spanMs / 1000).toFixed(1)} s`, width - 36, 12);
+    g.textBaseline = "top";
+    g.textAlign = "left";
+    g.fillText(`buffer (max ${Math.round(top)} ms)`, 6, 3);
+    // Right-aligned, so a long run ("214.4 s") keeps its unit inside the canvas.
+    g.textAlign = "right";
+    g.fillText(`${(spanMs / 1000).toFixed(1)} s`, width - 6, 3);
   }
 }

@@ -24,7 +24,12 @@ decides which cut to take. In ``auto`` mode, measuring length as spoken weight
 4. Time: when ``max_buffer_delay_ms`` has passed since the first unspoken
    character arrived, everything up to the last decided cut is spoken; the
    very end of the buffer counts as a cut when it looks finished (``!``/``?``,
-   CJK sentence punctuation, or ``.`` after a plain word).
+   CJK sentence punctuation, or ``.`` after a plain word). While the listener
+   still has audio queued (the *slack*, estimated from the text already
+   spoken, see :mod:`realtime_engine.text.slack`), the time cut waits as long
+   as the waiting text can still be made and queued ``low_water_ms`` before
+   that audio runs out: rules 1-3 get the chance to cut at a clause or
+   sentence instead of one or two words.
 5. A cut is taken only when it is decided, which needs the character after it:
    a trailing ``3.``, ``Dr.`` or ``<|emo`` waits for more text (or a flush).
 
@@ -55,6 +60,7 @@ from realtime_engine.text.boundaries import (
     ends_safely,
     pending_tag_start,
 )
+from realtime_engine.text.slack import PlaybackEstimate
 
 Mode = Literal["auto", "manual"]
 CutReason = Literal["sentence", "clause", "length", "timeout", "flush", "end"]
@@ -72,12 +78,23 @@ class SegmenterConfig:
     sentence_min_chars: int = 24
     clause_min_chars: int = 80
     max_chars: int = 240
+    # Slack estimate (speech_ms_per_char=0 turns it off): how long one unit of
+    # spoken weight plays at the fastest likely speaking rate; how much audio
+    # must still be queued when a delayed segment's audio is ready; and the
+    # engine speed assumed (work per second of audio, whole segment first).
+    speech_ms_per_char: float = 55.0
+    low_water_ms: float = 800.0
+    synthesis_rtf: float = 0.8
 
     def __post_init__(self) -> None:
         if self.mode not in ("auto", "manual"):
             raise SegmenterError(f"mode must be 'auto' or 'manual', got {self.mode!r}")
-        if self.max_buffer_delay_ms < 0:
-            raise SegmenterError("max_buffer_delay_ms must be >= 0")
+        slack = (self.speech_ms_per_char, self.low_water_ms, self.synthesis_rtf)
+        if min(self.max_buffer_delay_ms, *slack) < 0:
+            raise SegmenterError(
+                "max_buffer_delay_ms, speech_ms_per_char, low_water_ms and synthesis_rtf "
+                "must be >= 0"
+            )
         sizes = (self.first_clause_min_chars, self.sentence_min_chars, self.clause_min_chars)
         if min(sizes) < 1 or self.max_chars < max(sizes):
             raise SegmenterError(
@@ -131,6 +148,8 @@ class TextSegmenter:
         self._cum0 = 0
         self._index = 0
         self._ended = False
+        self._now: float | None = None  # the latest time given to feed/poll
+        self._playback = PlaybackEstimate(self.config.speech_ms_per_char, self.config.synthesis_rtf)
 
     # ------------------------------------------------------------------ state
 
@@ -155,7 +174,19 @@ class TextSegmenter:
         first = self._first_spoken_arrival()
         if first is None or self._time_cut_pos() is None:
             return None
-        return first + self.config.max_buffer_delay_ms
+        return self._time_deadline(first)
+
+    def _time_deadline(self, first_arrival: float) -> float:
+        """The buffer delay, pushed back while queued audio has slack to spare.
+
+        The slack must cover the engine's backlog and the time to voice the
+        waiting text itself (see :mod:`realtime_engine.text.slack`), so the
+        more text waits, the sooner it is cut.
+        """
+        cfg = self.config
+        by_delay = first_arrival + cfg.max_buffer_delay_ms
+        waiting = self._cum[-1] - self._cum[self._cum0]
+        return max(by_delay, self._playback.latest_safe_cut(waiting, cfg.low_water_ms))
 
     # ------------------------------------------------------------------ input
 
@@ -164,6 +195,7 @@ class TextSegmenter:
             raise SegmenterError("feed() after end()")
         if not isinstance(fragment, str):
             raise SegmenterError(f"text must be str, got {type(fragment).__name__}")
+        self._tick(now_ms)
         if fragment:
             self._arrivals.append((self._offset + len(self._text), now_ms))
             self._append(fragment)
@@ -174,6 +206,7 @@ class TextSegmenter:
     def poll(self, now_ms: float) -> list[Segment]:
         if self._ended or self.config.mode == "manual":
             return []
+        self._tick(now_ms)
         return self._cut_by_time(now_ms)
 
     def flush(self) -> list[Segment]:
@@ -256,7 +289,7 @@ class TextSegmenter:
 
     def _cut_by_time(self, now_ms: float) -> list[Segment]:
         first = self._first_spoken_arrival()
-        if first is None or now_ms - first < self.config.max_buffer_delay_ms:
+        if first is None or now_ms < self._time_deadline(first):
             return []
         pos = self._time_cut_pos()
         return [] if pos is None else [self._emit(pos, "timeout")]
@@ -289,7 +322,14 @@ class TextSegmenter:
             for i in range(start + 1, len(self._text) + 1):
                 self._cum[base + i] -= min(i, end) - start
 
+    def _tick(self, now_ms: float) -> None:
+        # A clock that steps back (another source) never moves the estimate back.
+        self._now = now_ms if self._now is None else max(self._now, now_ms)
+
     def _emit(self, pos: int, reason: CutReason) -> Segment:
+        if self._now is not None:
+            weight = self._cum[self._cum0 + pos] - self._cum[self._cum0]
+            self._playback.add(weight, self._now)
         segment = Segment(
             text=self._text[:pos],
             index=self._index,

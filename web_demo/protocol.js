@@ -108,12 +108,12 @@ export const SESSION_DEFAULTS = Object.freeze({
     "mode": "auto",
     "max_buffer_delay_ms": 250
   },
-  "latency_preset": "balanced",
+  "latency_preset": "exact",
   "chunking": {
-    "first_chunk_frames": 2,
-    "chunk_frames": 15,
+    "first_chunk_frames": 4,
+    "chunk_frames": 25,
     "left_context_frames": 12,
-    "right_holdback_frames": 4,
+    "right_holdback_frames": 10,
     "chunk_growth": 1.5
   },
   "sampling": {

@@ -10,8 +10,8 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from realtime_engine.format import DEFAULT_PRESET, SAMPLE_RATE, PresetName
 from realtime_engine.format import PRESETS as ENGINE_PRESETS
-from realtime_engine.format import SAMPLE_RATE, PresetName
 
 NATIVE_SAMPLE_RATE: Final = SAMPLE_RATE
 
@@ -85,7 +85,7 @@ class SessionConfig(_Strict):
     output: OutputConfig = Field(default_factory=OutputConfig)
     audio_transport: Literal["binary", "base64"] = "binary"
     text_buffering: TextBuffering = Field(default_factory=TextBuffering)
-    latency_preset: LatencyPreset = "balanced"
+    latency_preset: LatencyPreset = DEFAULT_PRESET
     # Always the effective chunking: the preset's values unless latency_preset is "custom".
     chunking: Chunking | None = None
     sampling: Sampling = Field(default_factory=Sampling)

@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("gateway.client",),
     ("gateway",),  # settings, auth, metrics, state, voices, web_demo
     ("gateway.realtime", "gateway.http"),
-    ("gateway.app", "gateway.cli"),
+    ("gateway.app", "gateway.cli", "gateway.entry"),
     ("bench",),
 )
 

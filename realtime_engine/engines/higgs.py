@@ -128,6 +128,9 @@ class HiggsEngine:
         self._clone_voices: dict[str, CloneVoice] = {}
         self._voice_encoder = voice_encoder or ReferenceEncoder(None)
         self._running: set[str] = set()
+        # Running requests the caller aborted: chunks already on their way are
+        # dropped, and their rows never become a context's voice anchor.
+        self._aborted: set[str] = set()
         self._started = False
 
     @classmethod
@@ -322,10 +325,12 @@ class HiggsEngine:
         self._running.add(request_id)
         try:
             async for chunk in chunks:
+                if request_id in self._aborted:
+                    return
                 if chunk.pcm.size:
                     yield clock.chunk(chunk.pcm)
                 # Only a segment that ran to its end may anchor the context's voice.
-                rows = chunk.rows if chunk.final else None
+                rows = chunk.rows if chunk.final and request_id not in self._aborted else None
                 if continuity is not None and rows is not None and len(rows) >= NUM_CODEBOOKS:
                     codes = sanitize_codes(revert_delay(rows.astype(np.int64)))
                     continuity.record(codes, request.text)
@@ -333,6 +338,7 @@ class HiggsEngine:
             raise EngineError(f"talker failed on {request_id!r}: {e}") from e
         finally:
             self._running.discard(request_id)
+            self._aborted.discard(request_id)
             aclose = getattr(chunks, "aclose", None)
             if aclose is not None:
                 await aclose()
@@ -350,6 +356,7 @@ class HiggsEngine:
     async def abort(self, request_id: str) -> None:
         if request_id not in self._running:
             return
+        self._aborted.add(request_id)
         await self._runner.abort(request_id)
 
     # ------------------------------------------------------------ lifecycle

@@ -198,7 +198,7 @@ def test_at_real_time_any_growth_costs_its_size_in_stall(
 def test_session_chunking_carries_the_growth_to_the_engine() -> None:
     from gateway.protocol.config import Chunking, SessionConfig, apply_session_update
 
-    session = SessionConfig()
+    session = apply_session_update(SessionConfig(), {"latency_preset": "balanced"})
     assert session.chunking is not None and session.chunking.chunk_growth == 1.5
     custom = apply_session_update(session, {"chunking": {"chunk_growth": 2.0}})
     assert custom.latency_preset == "custom" and custom.chunking is not None

@@ -273,7 +273,7 @@ globalThis.AudioContext = class {
 };
 
 const until = async (what, check) => {
-  for (let i = 0; i < 500; i++) {
+  for (let i = 0; i < 3000; i++) {
     if (check()) return;
     await new Promise((r) => setTimeout(r, 10));
   }
@@ -287,6 +287,8 @@ elements["connect-form"].fire("submit");
 await until("connected", () => elements.status.className === "status live");
 elements.speak.fire("click");
 await until("metrics", () => elements.metrics.tBodies[0].children.length > 0);
+// the frame counter is redrawn on the page's own timer: wait for it, never sample it
+await until("frames counted", () => Number(elements.frames.textContent) > 0);
 const afterSpeak = {
   ttfa: elements.ttfa.textContent,
   frames: Number(elements.frames.textContent),

@@ -33,6 +33,17 @@ def _model_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         os.environ["REALTIME_SPEECH_CACHE"] = previous
 
 
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """One intra-op thread for the codec tests: steadier timing on a small machine."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 @pytest.fixture(scope="session")
 def tiny_checkpoint(_model_cache: Path) -> Path:
     """Directory of the tiny checkpoint (config.json, model.safetensors, tokenizer files).

@@ -7,13 +7,21 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
-from realtime_engine.codec.decoder import CodecDecoder
+from realtime_engine.codec.decoder import CodecDecoder, load_codec_decoder
 from realtime_engine.codec.delay import apply_delay
+from realtime_engine.codec.layout import CodecDims, random_codec_state_dict
 from realtime_engine.codec.streaming import StreamingDecoder, rows_to_frames
 from realtime_engine.format import BOC, EOC, ChunkingParams
 
 HOP = 960
 EXACT = 1e-6  # float64 codec, float32 chunks
+
+
+def random_tiny_codec() -> CodecDecoder:
+    """The tiny codec's decoder with random weights (seed 0), float32 on the CPU."""
+    dims = CodecDims.tiny()
+    sd = random_codec_state_dict(dims, torch.Generator().manual_seed(0), include_encoder=False)
+    return load_codec_decoder(sd)
 
 
 def stream(decoder: StreamingDecoder, rows: np.ndarray, finish: bool = True) -> np.ndarray:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -29,13 +28,8 @@ from realtime_engine.errors import (
 HOP = 960
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    # Small convolutions are fastest single-threaded on a shared machine.
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+# Small convolutions are fastest single-threaded on a shared machine.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -4,17 +4,15 @@ chunks (any preset), whatever the arrival pattern of rows, slot moves or reuse."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from streaming_support import random_tiny_codec
 
-from realtime_engine.codec.decoder import CodecDecoder, load_codec_decoder
+from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.delay import apply_delay
-from realtime_engine.codec.layout import CodecDims, random_codec_state_dict
 from realtime_engine.codec.presets import PRESETS, get_preset
 from realtime_engine.codec.streaming import StreamingDecoder, rows_to_frames
 from realtime_engine.engines.base import ChunkingParams
@@ -24,19 +22,12 @@ SLOTS = 4
 POSITIONS = 96
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
 def codec() -> CodecDecoder:
-    dims = CodecDims.tiny()
-    sd = random_codec_state_dict(dims, torch.Generator().manual_seed(0), include_encoder=False)
-    return load_codec_decoder(sd)
+    return random_tiny_codec()
 
 
 def talker_rows(frames: int, seed: int) -> np.ndarray:

@@ -13,7 +13,6 @@ take other kernels), so the fp32 check allows 2e-5.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -35,12 +34,7 @@ EXACT_F64 = 1e-9
 FP32_ROUNDING = 2e-5
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

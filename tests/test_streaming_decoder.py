@@ -10,7 +10,6 @@ rounding of the stateful codec itself.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -23,15 +22,15 @@ from streaming_support import (
     any_chunking,
     exact_chunking,
     peak_error,
+    random_tiny_codec,
     stream,
     utterance_rows,
     whole,
 )
 
-from realtime_engine.codec.decoder import CodecDecoder, load_codec_decoder
+from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.delay import apply_delay
 from realtime_engine.codec.errors import CodecInputError, InvalidChunkingError, StreamStateError
-from realtime_engine.codec.layout import CodecDims, random_codec_state_dict
 from realtime_engine.codec.presets import (
     PRESETS,
     chunk_schedule,
@@ -50,20 +49,12 @@ from realtime_engine.codec.streaming import (
 )
 from realtime_engine.format import BOC, EOC, ChunkingParams
 
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
 def tiny_codec() -> CodecDecoder:
-    dims = CodecDims.tiny()
-    sd = random_codec_state_dict(dims, torch.Generator().manual_seed(0), include_encoder=False)
-    return load_codec_decoder(sd)
+    return random_tiny_codec()
 
 
 @pytest.fixture(scope="module")

@@ -4,37 +4,35 @@ reuse, with no state leaking between streams that share a codec."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from streaming_support import EXACT, HOP, any_chunking, peak_error, stream, utterance_rows, whole
+from streaming_support import (
+    EXACT,
+    HOP,
+    any_chunking,
+    peak_error,
+    random_tiny_codec,
+    stream,
+    utterance_rows,
+    whole,
+)
 
-from realtime_engine.codec.decoder import CodecDecoder, load_codec_decoder
+from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.errors import StreamStateError
-from realtime_engine.codec.layout import CodecDims, random_codec_state_dict
 from realtime_engine.codec.presets import get_preset, is_exact
 from realtime_engine.codec.stream_core import StreamingCodec
 from realtime_engine.codec.streaming import DecodeJob, StreamingDecoder, decode_jobs, run_jobs
 from realtime_engine.format import EOC, ChunkingParams
 
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
 def tiny_codec() -> CodecDecoder:
-    dims = CodecDims.tiny()
-    sd = random_codec_state_dict(dims, torch.Generator().manual_seed(0), include_encoder=False)
-    return load_codec_decoder(sd)
+    return random_tiny_codec()
 
 
 @pytest.fixture(scope="module")

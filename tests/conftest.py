@@ -80,3 +80,56 @@ def _websocket_exit_after_the_test(self: WebSocketTestSession, *exc_info: Any) -
 
 
 WebSocketTestSession.__exit__ = _websocket_exit_after_the_test  # type: ignore[method-assign]
+
+
+# -- shared by the streaming-codec tests -----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_codec() -> Any:
+    """The tiny codec's decoder, random weights (seed 0), float32."""
+    from streaming_support import random_tiny_codec
+
+    return random_tiny_codec()
+
+
+@pytest.fixture(scope="module")
+def codec64(tiny_codec: Any) -> Any:
+    """The same codec in float64: exactness is asserted without float32 rounding."""
+    import copy
+
+    return copy.deepcopy(tiny_codec).double()
+
+
+@pytest.fixture(scope="module")
+def core(codec64: Any) -> Any:
+    """One shared streaming codec: every decoder takes (and gives back) a slot of it."""
+    from realtime_engine.codec.stream_core import StreamingCodec
+
+    return StreamingCodec(codec64, max_slots=4)
+
+
+# -- shared by the Higgs engine tests --------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_talker(tiny_checkpoint: Path) -> Any:
+    """The tiny checkpoint loaded for the reference talker (model, codec, tokenizer)."""
+    from realtime_engine.model.loader import load_talker
+
+    return load_talker(tiny_checkpoint)
+
+
+@pytest.fixture
+def reference_engine(tiny_talker: Any) -> Iterator[Any]:
+    """A Higgs engine on the reference talker with its codec beside it."""
+    import asyncio
+
+    from realtime_engine.engines.higgs import HiggsEngine
+    from realtime_engine.talker.reference_runner import ReferenceRunner
+
+    assert tiny_talker.codec is not None
+    runner = ReferenceRunner(tiny_talker.model, codec=tiny_talker.codec)
+    engine = HiggsEngine(runner, tiny_talker.tokenizer)
+    yield engine
+    asyncio.run(engine.close())

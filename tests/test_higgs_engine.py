@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from realtime_engine.engines.base import (
     UnsupportedVoiceError,
 )
 from realtime_engine.engines.higgs import CloneVoice, HiggsEngine, speed_tag
-from realtime_engine.model.loader import LoadedTalker, load_talker
+from realtime_engine.model.loader import LoadedTalker
 from realtime_engine.model.prompts import build_zero_shot_prompt
 from realtime_engine.talker.backends import ReferenceOptions
 from realtime_engine.talker.reference_runner import ReferenceRunner
@@ -31,16 +31,13 @@ HOP = 960
 
 
 @pytest.fixture(scope="module")
-def tiny(tiny_checkpoint: Path) -> LoadedTalker:
-    return load_talker(tiny_checkpoint)
+def tiny(tiny_talker: LoadedTalker) -> LoadedTalker:
+    return tiny_talker
 
 
 @pytest.fixture
-def engine(tiny: LoadedTalker) -> Iterator[HiggsEngine]:
-    assert tiny.codec is not None
-    eng = HiggsEngine(ReferenceRunner(tiny.model, codec=tiny.codec), tiny.tokenizer)
-    yield eng
-    asyncio.run(eng.close())
+def engine(reference_engine: HiggsEngine) -> HiggsEngine:
+    return reference_engine
 
 
 def _segment(

@@ -9,8 +9,6 @@ rounding of the stateful codec itself.
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import pytest
 import torch
@@ -22,7 +20,6 @@ from streaming_support import (
     any_chunking,
     exact_chunking,
     peak_error,
-    random_tiny_codec,
     stream,
     utterance_rows,
     whole,
@@ -50,22 +47,6 @@ from realtime_engine.codec.streaming import (
 from realtime_engine.format import BOC, EOC, ChunkingParams
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-@pytest.fixture(scope="module")
-def tiny_codec() -> CodecDecoder:
-    return random_tiny_codec()
-
-
-@pytest.fixture(scope="module")
-def codec64(tiny_codec: CodecDecoder) -> CodecDecoder:
-    return copy.deepcopy(tiny_codec).double()
-
-
-@pytest.fixture(scope="module")
-def core(codec64: CodecDecoder) -> StreamingCodec:
-    """One shared codec: every decoder takes (and gives back) a slot of it."""
-    return StreamingCodec(codec64, max_slots=4)
 
 
 @settings(max_examples=40, deadline=None)

@@ -3,8 +3,6 @@ reuse, with no state leaking between streams that share a codec."""
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -14,7 +12,6 @@ from streaming_support import (
     HOP,
     any_chunking,
     peak_error,
-    random_tiny_codec,
     stream,
     utterance_rows,
     whole,
@@ -28,22 +25,6 @@ from realtime_engine.codec.streaming import DecodeJob, StreamingDecoder, decode_
 from realtime_engine.format import EOC, ChunkingParams
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-@pytest.fixture(scope="module")
-def tiny_codec() -> CodecDecoder:
-    return random_tiny_codec()
-
-
-@pytest.fixture(scope="module")
-def codec64(tiny_codec: CodecDecoder) -> CodecDecoder:
-    return copy.deepcopy(tiny_codec).double()
-
-
-@pytest.fixture(scope="module")
-def core(codec64: CodecDecoder) -> StreamingCodec:
-    """One shared codec: every decoder takes (and gives back) a slot of it."""
-    return StreamingCodec(codec64, max_slots=4)
 
 
 @settings(max_examples=15, deadline=None)

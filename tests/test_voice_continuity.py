@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +14,7 @@ from realtime_engine.engines.base import SegmentRequest, VoiceReference
 from realtime_engine.engines.continuity import VoiceContinuity
 from realtime_engine.engines.higgs import HiggsEngine
 from realtime_engine.model.config import AUDIO_PLACEHOLDER_ID
-from realtime_engine.model.loader import LoadedTalker, load_talker
+from realtime_engine.model.loader import LoadedTalker
 from realtime_engine.model.prompts import build_clone_prompt, build_zero_shot_prompt
 from realtime_engine.talker.backends import ReferenceOptions
 from realtime_engine.talker.reference_runner import ReferenceRunner
@@ -27,16 +25,13 @@ TEXTS = ("hello world.", "the quick brown fox.", "thank you for the music.", "go
 
 
 @pytest.fixture(scope="module")
-def tiny(tiny_checkpoint: Path) -> LoadedTalker:
-    return load_talker(tiny_checkpoint)
+def tiny(tiny_talker: LoadedTalker) -> LoadedTalker:
+    return tiny_talker
 
 
 @pytest.fixture
-def engine(tiny: LoadedTalker) -> Iterator[HiggsEngine]:
-    assert tiny.codec is not None
-    eng = HiggsEngine(ReferenceRunner(tiny.model, codec=tiny.codec), tiny.tokenizer)
-    yield eng
-    asyncio.run(eng.close())
+def engine(reference_engine: HiggsEngine) -> HiggsEngine:
+    return reference_engine
 
 
 def _segment(index: int, continuity: VoiceContinuity | None, **kw: object) -> SegmentRequest:

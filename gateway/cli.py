@@ -17,6 +17,7 @@ from gateway.protocol import Limits
 from gateway.settings import GatewaySettings
 from gateway.state import GatewayState
 from realtime_engine.engines.base import EngineError, SpeechEngine
+from realtime_engine.format import CODEC_PRECISIONS, DEFAULT_CODEC_PRECISION
 from realtime_engine.talker.backends import (
     TALKER_BACKENDS,
     TalkerOptions,
@@ -25,8 +26,6 @@ from realtime_engine.talker.backends import (
 )
 
 ENGINES = ("auto", "higgs", "cpu-voice", "fake")
-# realtime_engine.codec.decoder.CODEC_PRECISIONS, spelled out: importing the codec pulls in torch
-CODEC_PRECISIONS = ("fp32", "tf32", "bf16")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,15 +69,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--codec-precision",
         choices=CODEC_PRECISIONS,
-        default="fp32",
-        help="codec decoder arithmetic on CUDA: fp32 (chunked output equals whole decoding), "
-        "tf32 or bf16 (faster, ~1e-3 rounding)",
+        default=DEFAULT_CODEC_PRECISION,
+        help="codec arithmetic on CUDA (the CPU always computes fp32): tf32 (the default, "
+        "~1e-3 of the peak), fp32 (IEEE) or bf16",
     )
     serve.add_argument(
         "--codec-batch",
         type=int,
         default=64,
-        help="most chunk windows per codec call (the codec runs beside the talker)",
+        help="most chunks cut per codec call (the codec runs beside the talker)",
     )
     serve.add_argument(
         "--model-name",
@@ -157,7 +156,7 @@ def build_engine(
     model: str | None,
     device: str | None,
     talker: TalkerOptions | None = None,
-    codec_precision: str = "fp32",
+    codec_precision: str = DEFAULT_CODEC_PRECISION,
     codec_batch: int = 64,
     fake_options: dict[str, object] | None = None,
 ) -> SpeechEngine:
@@ -232,9 +231,7 @@ def build_server(
         ws_ping_interval=settings.ws_ping_interval_s,
         ws_ping_timeout=settings.ws_ping_timeout_s,
     )
-    server = DrainingServer(
-        config, state, settings.drain_timeout_s, settings.exit_on_engine_death
-    )
+    server = DrainingServer(config, state, settings.drain_timeout_s, settings.exit_on_engine_death)
     return server, state
 
 

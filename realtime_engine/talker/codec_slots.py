@@ -54,9 +54,13 @@ class CodecSlots:
         slots: int,
         *,
         graphs: bool = False,
+        fused: bool | None = None,
         ring_frames: int = RING_FRAMES,
     ) -> None:
-        self.stream_codec = StreamingCodec(codec, max_slots=slots + 1)
+        # Fused activations by default on CUDA (the step is memory-bound there).
+        if fused is None:
+            fused = codec.device.type == "cuda"
+        self.stream_codec = StreamingCodec(codec, max_slots=slots + 1, fused=fused)
         self.slots = slots
         self.trash = slots  # never a talker slot: padded batch rows go here
         self.device = self.stream_codec.device

@@ -51,6 +51,18 @@ install_python_env() {
   python -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 }
 
+install_voice_store_test_deps() {
+  # The shared voice store tests (tests/test_replicas.py, tests/test_voice_redis.py) run a
+  # real redis-server: Debian's package (bookworm: Redis 7.0, BSD-3-Clause), never started
+  # as a service here; each test starts its own on a free port.
+  if ! command -v redis-server >/dev/null; then
+    echo "[install] apt packages for the voice store tests: redis-server"
+    as_root apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends \
+      redis-server >/dev/null
+  fi
+}
+
 install_browser_test_deps() {
   # The web demo's real-browser test (tests/test_web_demo_browser.py): Debian's
   # Chromium, Node and puppeteer-core. puppeteer-core never downloads a browser;

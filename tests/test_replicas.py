@@ -148,7 +148,9 @@ async def test_a_voice_made_through_one_replica_speaks_through_the_other(
 
         async with httpx.AsyncClient() as http:
             speech = {"input": "Hello.", "voice": "shared", "response_format": "pcm"}
-            spoken = await http.post(f"{b.url}/v1/audio/speech", json=speech, headers=_auth(KEYS[0]))
+            spoken = await http.post(
+                f"{b.url}/v1/audio/speech", json=speech, headers=_auth(KEYS[0])
+            )
             assert spoken.status_code == 200 and len(spoken.content) > 0
             # the other key sees nothing of it, on either replica
             for replica in (a, b):

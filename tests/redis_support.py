@@ -16,11 +16,24 @@ import socket
 import subprocess
 import threading
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 READY_LINE = "Ready to accept connections"
+
+
+@dataclass
+class RedisServer:
+    url: str  # redis://127.0.0.1:PORT/0
+    proc: subprocess.Popen[str]
+
+    async def stop(self) -> None:
+        """Stop the server now (a store that goes away under a running gateway)."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        await asyncio.to_thread(self.proc.wait, 10)
 
 
 def redis_server_binary() -> str:
@@ -41,8 +54,8 @@ def free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def redis_server(directory: Path, tries: int = 3) -> AsyncIterator[str]:
-    """Start redis-server; yield ``redis://127.0.0.1:PORT/0`` once it accepts connections.
+async def redis_server(directory: Path, tries: int = 3) -> AsyncIterator[RedisServer]:
+    """Start redis-server; yield it once it accepts connections.
 
     The port is picked free just before the start; if another process takes it
     in between, the server exits at once and the next try picks another.
@@ -60,11 +73,11 @@ async def redis_server(directory: Path, tries: int = 3) -> AsyncIterator[str]:
         lines: list[str] = []
         ready = await _wait_ready(proc, lines)
         if ready:
+            server = RedisServer(f"redis://127.0.0.1:{port}/0", proc)
             try:
-                yield f"redis://127.0.0.1:{port}/0"
+                yield server
             finally:
-                proc.terminate()
-                await asyncio.to_thread(proc.wait, 10)
+                await server.stop()
             return
         proc.kill()
         await asyncio.to_thread(proc.wait, 10)

@@ -48,7 +48,7 @@ async def topology(tmp_path: Path, tiny_checkpoint: Path) -> AsyncIterator[Topol
         # fmt: off
         args = [
             "--model", "tiny", "--talker", "reference", "--device", "cpu",
-            "--voice-store", store, "--api-key", KEYS[0], "--api-key", KEYS[1],
+            "--voice-store", store.url, "--api-key", KEYS[0], "--api-key", KEYS[1],
         ]
         # fmt: on
         # Both replicas start at once; each is yielded when it says it is ready.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -49,8 +50,8 @@ def clip(hz: float) -> bytes:
 @pytest_asyncio.fixture
 async def store(tmp_path: Path) -> AsyncIterator[str]:
     require_redis_client()
-    async with redis_server(tmp_path) as url:
-        yield url
+    async with redis_server(tmp_path) as server:
+        yield server.url
 
 
 def replica(url: str, **kw: Any) -> tuple[VoiceLibrary, CloningFakeEngine]:
@@ -169,3 +170,31 @@ def test_a_bad_voice_store_setting_is_a_clear_cli_error(
 ) -> None:
     assert cli_main(["serve", "--engine", "fake", *args]) == 2
     assert message in capsys.readouterr().err
+
+
+async def test_a_context_whose_voice_cannot_be_read_fails_retryably(tmp_path: Path) -> None:
+    require_redis_client()
+    async with contextlib.AsyncExitStack() as stack:
+        store = await stack.enter_async_context(redis_server(tmp_path))
+        app = gateway_app(CloningFakeEngine(), voice_store=store.url)
+        base = await stack.enter_async_context(serve(app))
+        ws = await stack.enter_async_context(connect(base.replace("http", "ws") + "/v1/realtime"))
+        await ws.recv()  # session.created
+        audio = base64.b64encode(CLIP).decode()
+        await ws.send(json.dumps({"type": "voice.create", "audio": audio, "voice_id": "mine"}))
+        assert json.loads(await ws.recv())["type"] == "voice.created"
+        await ws.send(json.dumps({"type": "session.update", "session": {"voice": "mine"}}))
+        assert json.loads(await ws.recv())["type"] == "session.updated"
+        await store.stop()  # the store goes away under the running gateway
+        await ws.send(json.dumps({"type": "text.append", "context_id": "c", "text": "Hi."}))
+        await ws.send(json.dumps({"type": "context.end", "context_id": "c"}))
+        events = []
+        while not events or events[-1]["type"] != "context.done":
+            message = await ws.recv()
+            if isinstance(message, str):
+                events.append(json.loads(message))
+        error = next(e["error"] for e in events if e["type"] == "error")
+        assert error["code"] == "voice_store_unavailable" and error["retryable"], events
+        assert error["context_id"] == "c" and events[-1]["status"] == "failed"
+        await ws.send(json.dumps({"type": "ping", "event_id": "p"}))
+        assert json.loads(await ws.recv())["type"] == "pong"  # the session lives on

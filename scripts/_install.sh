@@ -52,14 +52,18 @@ install_python_env() {
 }
 
 install_voice_store_test_deps() {
-  # The shared voice store tests (tests/test_replicas.py, tests/test_voice_redis.py) run a
-  # real redis-server: Debian's package (bookworm: Redis 7.0, BSD-3-Clause), never started
-  # as a service here; each test starts its own on a free port.
-  if ! command -v redis-server >/dev/null; then
-    echo "[install] apt packages for the voice store tests: redis-server"
+  # The replica tests (tests/test_replicas.py, tests/test_voice_redis.py) run a real
+  # redis-server (Debian bookworm: Redis 7.0, BSD-3-Clause) and HAProxy with
+  # deploy/haproxy.cfg (GPL-2.0, run as a separate program). Each test starts its own
+  # on free ports; Debian's services are not used.
+  local missing=()
+  command -v redis-server >/dev/null || missing+=(redis-server)
+  command -v haproxy >/dev/null || missing+=(haproxy)
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "[install] apt packages for the replica tests: ${missing[*]}"
     as_root apt-get update -qq
     DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends \
-      redis-server >/dev/null
+      "${missing[@]}" >/dev/null
   fi
 }
 

@@ -1,8 +1,9 @@
 """Many gateways, the docker compose topology without Docker: a real redis-server,
 two ``speech-gateway serve`` processes on CPU (the tiny Higgs checkpoint, which
 carries the codec encoder) sharing it through ``--voice-store``, and a
-round-robin TCP proxy in front. A voice made through one replica speaks through
-the other; deleted through one, it is refused by the other with a clear error.
+round-robin TCP proxy in front (and HAProxy with the shipped deploy/haproxy.cfg).
+A voice made through one replica speaks through the other; deleted through one,
+it is refused by the other with a clear error.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 import pytest_asyncio
+from haproxy_support import haproxy
 from prometheus_client.parser import text_string_to_metric_families
 from redis_support import redis_server, require_redis_client
 from server_process import ServerProcess, server_process
@@ -147,7 +149,12 @@ async def test_a_voice_made_through_one_replica_speaks_through_the_other(
         assert on_b_metrics["speech_voice_cache_entries"] == 1
 
         async with httpx.AsyncClient() as http:
-            speech = {"input": "Hello.", "voice": "shared", "response_format": "pcm"}
+            speech = {
+                "input": "Hi.",
+                "voice": "shared",
+                "response_format": "pcm",
+                "max_new_tokens": 16,
+            }
             spoken = await http.post(
                 f"{b.url}/v1/audio/speech", json=speech, headers=_auth(KEYS[0])
             )
@@ -181,3 +188,50 @@ async def test_a_voice_made_through_one_replica_speaks_through_the_other(
     finally:
         await on_a.close()
         await on_b.close()
+
+
+async def test_the_shipped_haproxy_config_carries_websockets_and_http(
+    topology: Topology, tmp_path: Path
+) -> None:
+    backends = [_host_port(r.url) for r in topology.replicas]
+    async with haproxy(tmp_path, backends) as url:
+        first = await _open(url, KEYS[0])
+        second = await _open(url, KEYS[0])  # leastconn: the replica without a session
+        try:
+            sessions = [await _gauge(r, "speech_sessions_active") for r in topology.replicas]
+            assert sessions == [1.0, 1.0]
+            audio = base64.b64encode(CLIP).decode()
+            created = await _send(first, {"type": "voice.create", "audio": audio, "voice_id": "lb"})
+            assert created["type"] == "voice.created", created
+            update = {"type": "session.update", "session": {**SESSION, "voice": "lb"}}
+            assert (await _send(second, update))["type"] == "session.updated"
+            events, audio_bytes = await _speak(second, "one", "Through the balancer.")
+            assert events[-1]["status"] == "completed" and audio_bytes > 0, events
+            encodes = sorted(
+                [(await _voice_metrics(r))["speech_voice_encodes"] for r in topology.replicas]
+            )
+            assert encodes == [0.0, 1.0]  # made on one replica, spoken on the other
+            async with httpx.AsyncClient(base_url=url, headers=_auth(KEYS[0])) as http:
+                speech = {
+                    "input": "Hi.",
+                    "voice": "lb",
+                    "response_format": "pcm",
+                    "max_new_tokens": 16,
+                }
+                spoken = await http.post("/v1/audio/speech", json=speech)
+                assert spoken.status_code == 200 and len(spoken.content) > 0
+                assert (await http.delete("/v1/voices/lb")).status_code == 200
+                gone = await http.post("/v1/audio/speech", json=speech)
+                assert gone.status_code == 400 and gone.json()["error"]["code"] == "voice_not_found"
+        finally:
+            await first.close()
+            await second.close()
+
+
+async def _gauge(replica: ServerProcess, name: str) -> float:
+    async with httpx.AsyncClient(base_url=replica.url) as http:
+        text = (await http.get("/metrics")).text
+    for family in text_string_to_metric_families(text):
+        if family.name == name:
+            return float(family.samples[0].value)
+    raise AssertionError(f"no metric {name}")

@@ -136,7 +136,7 @@ class RedisVoiceBackend:
                     name.voice_id,
                     payload,
                     max_voices,
-                    np.ascontiguousarray(codes, dtype="<i2").tobytes(),
+                    codes_blob(codes),
                     text or "",
                 ],
             ),
@@ -166,15 +166,26 @@ class RedisVoiceBackend:
             self._client.hmget(self._codes_key(key_id, digest), ["codes", "text"])
         )
         blob, text = raw
-        if blob is None or len(blob) % (2 * CODEBOOKS):
-            return None
-        codes = np.frombuffer(blob, dtype="<i2").reshape(-1, CODEBOOKS).astype(np.int64)
-        if checked_codes(codes) is None:
+        codes = None if blob is None else codes_of(blob)
+        if codes is None:
             return None
         return codes, (text or b"").decode() or None
 
     async def close(self) -> None:
         await self._client.aclose()
+
+
+def codes_blob(codes: np.ndarray) -> bytes:
+    """``[frames, 8]`` codes as little-endian int16, row after row."""
+    return np.ascontiguousarray(codes, dtype="<i2").tobytes()
+
+
+def codes_of(blob: bytes) -> np.ndarray | None:
+    """The codes of ``codes_blob``; None for anything that is not whole rows of codes."""
+    if not blob or len(blob) % (2 * CODEBOOKS):
+        return None
+    codes = np.frombuffer(blob, dtype="<i2").reshape(-1, CODEBOOKS).astype(np.int64)
+    return checked_codes(codes)
 
 
 def _name_of(raw: bytes) -> StoredName:

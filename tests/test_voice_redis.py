@@ -16,6 +16,9 @@ import httpx
 import numpy as np
 import pytest
 import pytest_asyncio
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 from redis_support import free_port, redis_server, require_redis_client
 from voice_clips_support import tone, wav_s16
 from websockets.asyncio.client import connect
@@ -198,3 +201,27 @@ async def test_a_context_whose_voice_cannot_be_read_fails_retryably(tmp_path: Pa
         assert error["context_id"] == "c" and events[-1]["status"] == "failed"
         await ws.send(json.dumps({"type": "ping", "event_id": "p"}))
         assert json.loads(await ws.recv())["type"] == "pong"  # the session lives on
+
+
+@given(
+    arrays(
+        np.int64,
+        st.tuples(st.integers(1, 400), st.just(8)),
+        elements=st.integers(0, 1023),
+    )
+)
+def test_codes_round_trip_through_their_stored_form(codes: np.ndarray) -> None:
+    from gateway.voice_redis import codes_blob, codes_of
+
+    back = codes_of(codes_blob(codes))
+    assert back is not None and back.dtype == np.int64 and np.array_equal(back, codes)
+
+
+@given(st.binary(max_size=200))
+def test_stored_bytes_that_are_not_codes_are_refused_not_raised(blob: bytes) -> None:
+    from gateway.voice_redis import codes_of
+
+    codes = codes_of(blob)
+    if codes is not None:  # whole rows of in-range values are codes
+        assert len(blob) % 16 == 0 and codes.shape == (len(blob) // 16, 8)
+        assert codes.min() >= 0 and codes.max() < 1024

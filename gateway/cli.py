@@ -16,6 +16,7 @@ from gateway.drain import ENGINE_DEAD_EXIT_STATUS, DrainingServer
 from gateway.protocol import Limits
 from gateway.settings import GatewaySettings
 from gateway.state import GatewayState
+from gateway.voice_backends import check_voice_store
 from realtime_engine.engines.base import EngineError, SpeechEngine
 from realtime_engine.format import CODEC_PRECISIONS, DEFAULT_CODEC_PRECISION
 from realtime_engine.talker.backends import (
@@ -89,6 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--voice-dir",
         help="directory where encoded voices persist across restarts (default: memory only)",
+    )
+    serve.add_argument(
+        "--voice-store",
+        metavar="URL",
+        help="a voice store shared by several gateway replicas, e.g. redis://host:6379/0 "
+        "(needs the [redis] extra; docs/scaling.md); excludes --voice-dir",
     )
     serve.add_argument(
         "--voice-cache", type=int, help="encoded voices kept in memory (least recently used out)"
@@ -200,6 +207,7 @@ def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
         api_keys=tuple(args.api_keys) if args.api_keys else None,
         limits=limits,
         voice_dir=getattr(args, "voice_dir", None),
+        voice_store=getattr(args, "voice_store", None),
         voice_cache_entries=getattr(args, "voice_cache", None),
         drain_timeout_s=args.drain_timeout,
         exit_on_engine_death=args.exit_on_engine_death or None,
@@ -273,6 +281,11 @@ async def serve(
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     settings = settings_from_args(args)
+    try:
+        check_voice_store(settings.voice_store, settings.voice_dir)
+    except ValueError as e:
+        print(f"speech-gateway: error: {e}", file=sys.stderr)
+        return 2
     kind = resolve_engine_kind(args.engine, args.model)
     talker = engine_talker_options(kind, args.talker, args.talker_options)
     _say(f"loading the {kind} engine" + (f" from {args.model}" if args.model else ""))

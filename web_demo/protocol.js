@@ -251,6 +251,7 @@ export const ERROR_CODES = Object.freeze({
   "ENGINE_ERROR": "engine_error",
   "ENGINE_OVERLOADED": "engine_overloaded",
   "ENGINE_UNAVAILABLE": "engine_unavailable",
+  "VOICE_STORE_UNAVAILABLE": "voice_store_unavailable",
   "SERVER_SHUTTING_DOWN": "server_shutting_down",
   "INTERNAL_ERROR": "internal_error",
   "IDLE_TIMEOUT": "idle_timeout"

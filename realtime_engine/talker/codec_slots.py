@@ -54,12 +54,12 @@ class CodecSlots:
         slots: int,
         *,
         graphs: bool = False,
-        fused: bool | None = None,
+        fused: bool = False,
         ring_frames: int = RING_FRAMES,
     ) -> None:
-        # Fused activations by default on CUDA (the step is memory-bound there).
-        if fused is None:
-            fused = codec.device.type == "cuda"
+        # Eager activations by default: the fused kernel made the codec step 18-22%
+        # faster alone on an H200 but did not shorten the engine's step at 256 streams,
+        # and the served run with it underran (docs/bench/RESULTS.md, section 9).
         self.stream_codec = StreamingCodec(codec, max_slots=slots + 1, fused=fused)
         self.slots = slots
         self.trash = slots  # never a talker slot: padded batch rows go here

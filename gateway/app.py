@@ -28,7 +28,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 from gateway import availability
 from gateway.auth import AuthError
 from gateway.engine_health import watch_engine
-from gateway.metrics import EngineStatsSampler
+from gateway.metrics import EngineStatsSampler, RankStatsSampler
 from gateway.protocol import (
     CLOSE_POLICY,
     CLOSE_SERVER_ERROR,
@@ -170,13 +170,20 @@ async def _sample_engine_stats(
     """Feed /metrics from engines that expose cumulative ``stats()`` counters."""
     await asyncio.shield(after)  # sample only an engine that started
     stats = getattr(state.engine, "stats", None)
-    if not state.ready or not callable(stats):
+    rank_stats = getattr(state.engine, "rank_stats", None)
+    stats = stats if callable(stats) else None
+    rank_stats = rank_stats if callable(rank_stats) else None
+    if not state.ready or (stats is None and rank_stats is None):
         return
     sampler = EngineStatsSampler(state.metrics)
+    ranks = RankStatsSampler(state.metrics)
     while True:
-        current = stats()
+        current = stats() if stats is not None else None
         if current is not None:
             sampler.observe(current)
+        report = rank_stats() if rank_stats is not None else None
+        if report is not None:
+            ranks.observe(report)
         await asyncio.sleep(interval_s)
 
 

@@ -32,6 +32,7 @@ import numpy as np
 from realtime_engine.codec.streaming import HOP
 from realtime_engine.format import ChunkingParams
 from realtime_engine.model.tokenizer import HiggsTokenizer, SpecialIds
+from realtime_engine.talker.rank_stats import RankReport, RankStats
 from realtime_engine.talker.termination import eoc_bounds
 from realtime_engine.talker.types import NUM_CODEBOOKS, PcmChunk, TalkerError, TalkerRequest
 from realtime_engine.talker.vllm_engine_config import (
@@ -79,6 +80,9 @@ class _Stream:
         self.queue: asyncio.Queue[_Item] = asyncio.Queue()
         self.task: asyncio.Task[None] | None = None
         self.done = False
+        self.started = time.perf_counter()
+        self.rank: int | None = None  # the data-parallel rank serving it, once known
+        self.rank_closed = False
 
 
 class VllmTalkerRunner:
@@ -94,6 +98,7 @@ class VllmTalkerRunner:
         self._nonce = secrets.token_hex(4)
         self._counter = itertools.count()
         self._receiver = RowReceiver(self._on_event)
+        self._ranks = RankStats()
 
     @classmethod
     def from_model_dir(
@@ -320,6 +325,7 @@ class VllmTalkerRunner:
                             "(a chunk was lost)"
                         )
                     frame += chunk.pcm.size // HOP
+                    self._count(stream, item)
                     if item.stamps:
                         _stamp(stream.request, item.stamps)
                     yield chunk
@@ -338,10 +344,28 @@ class VllmTalkerRunner:
         finally:
             await self._release(stream)
 
+    def _count(self, stream: _Stream, item: PcmEvent) -> None:
+        if item.rank is None:
+            return
+        first = stream.rank is None
+        stream.rank = item.rank
+        waited = time.perf_counter() - stream.started if first else None
+        self._ranks.chunk(item.rank, item.chunk.pcm.size, waited)
+
+    def _close_rank(self, stream: _Stream) -> None:
+        if stream.rank is not None and not stream.rank_closed:
+            stream.rank_closed = True
+            self._ranks.ended(stream.rank)
+
+    def rank_stats(self) -> RankReport:
+        """What each data-parallel rank served (``rank``-labelled metrics)."""
+        return self._ranks.report()
+
     async def _release(self, stream: _Stream) -> None:
         if stream.done:
             return
         stream.done = True
+        self._close_rank(stream)
         self._streams.pop(stream.correlation_id, None)
         if self._by_request.get(stream.request.request_id) is stream:
             del self._by_request[stream.request.request_id]
@@ -357,6 +381,7 @@ class VllmTalkerRunner:
             return
         # Forget it now: its iterator may never be resumed to clean up itself.
         self._streams.pop(stream.correlation_id, None)
+        self._close_rank(stream)
         await self._engine.abort(request_id)
         stream.queue.put_nowait(_Aborted())
 

@@ -19,13 +19,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import os
 import secrets
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
@@ -35,13 +34,8 @@ from realtime_engine.model.tokenizer import HiggsTokenizer, SpecialIds
 from realtime_engine.talker.rank_stats import RankReport, RankStats
 from realtime_engine.talker.termination import eoc_bounds
 from realtime_engine.talker.types import NUM_CODEBOOKS, PcmChunk, TalkerError, TalkerRequest
-from realtime_engine.talker.vllm_engine_config import (
-    ENGINE_ENV,
-    cuda_present,
-    default_compilation_config,
-)
+from realtime_engine.talker.vllm_engine_config import talker_engine_args
 from realtime_engine.talker.vllm_protocol import (
-    CODEC_CONFIG_KEY,
     MAX_RAS_WINDOW,
     FailureEvent,
     PcmEvent,
@@ -116,38 +110,26 @@ class VllmTalkerRunner:
     ) -> VllmTalkerRunner:
         """Start an engine on ``model_dir`` (a Higgs v3 checkpoint directory).
 
-        The talker's requirements are set here, not left to the caller's
-        environment: Model Runner V2 (the plugin's hooks live there; the engine
-        process inherits the variable), prefix caching off, and, on CUDA, full
-        CUDA graphs for every batch including prefills (see
-        :func:`default_compilation_config`). The engine core loads the bundled
-        codec too and decodes audio there in ``codec_precision``, up to
-        ``codec_batch`` windows per call.
+        What the talker needs of vLLM is set by :func:`talker_engine_args`;
+        ``engine_kwargs`` are further ``AsyncEngineArgs`` fields (the parallel
+        layout among them). The engine core loads the bundled codec too.
         """
-        for name, value in ENGINE_ENV.items():
-            os.environ.setdefault(name, value)
+        kwargs = talker_engine_args(
+            model_dir,
+            enforce_eager=enforce_eager,
+            codec_precision=codec_precision,
+            codec_batch=codec_batch,
+            dtype=dtype,
+            max_num_seqs=max_num_seqs,
+            max_model_len=max_model_len,
+            gpu_memory_utilization=gpu_memory_utilization,
+            **engine_kwargs,
+        )
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
         tokenizer = HiggsTokenizer.from_dir(model_dir)
-        if not enforce_eager and cuda_present():
-            engine_kwargs.setdefault("compilation_config", default_compilation_config())
-        additional = dict(engine_kwargs.pop("additional_config", None) or {})
-        additional[CODEC_CONFIG_KEY] = {"precision": codec_precision, "max_batch": codec_batch}
-        args = AsyncEngineArgs(
-            model=str(model_dir),
-            skip_tokenizer_init=True,
-            dtype=cast(Any, dtype),
-            max_num_seqs=max_num_seqs,
-            max_model_len=max_model_len,
-            enforce_eager=enforce_eager,
-            gpu_memory_utilization=gpu_memory_utilization,
-            # Generated tokens are all <|audio|>: shared prefixes would share KV
-            # computed with another request's codes.
-            enable_prefix_caching=False,
-            additional_config=additional,
-            **engine_kwargs,
-        )
+        args = AsyncEngineArgs(**kwargs)
         engine = AsyncLLM.from_engine_args(args)
         return cls(engine, tokenizer.specials, max_model_len)
 

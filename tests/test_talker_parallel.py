@@ -344,3 +344,41 @@ def test_rank_counters_become_rank_labelled_metrics() -> None:
     assert [value("speech_talker_first_chunk_seconds_count", r) for r in (0, 1)] == [1, 1]
     assert value("speech_talker_first_chunk_seconds_sum", 1) == pytest.approx(0.12)
     assert b'speech_talker_streams_total{rank="1"} 1.0' in metrics.render()
+
+
+async def test_the_gateway_polls_the_engines_rank_stats_into_its_metrics() -> None:
+    from gateway.app import _sample_engine_stats
+    from gateway.settings import GatewaySettings
+    from gateway.state import GatewayState
+    from realtime_engine.engines.fake import FakeEngine
+
+    stats = RankStats()
+    stats.chunk(1, SAMPLE_RATE, first_after_s=0.05)
+    polls = 0
+    polled_twice = asyncio.Event()
+
+    class RankedEngine(FakeEngine):
+        def rank_stats(self) -> object:
+            nonlocal polls
+            polls += 1
+            if polls == 2:  # the first report has been turned into metrics
+                polled_twice.set()
+            return stats.report()
+
+    state = GatewayState.create(GatewaySettings(), RankedEngine())
+    state.ready = True
+
+    async def started() -> None:
+        return None
+
+    sampler = asyncio.create_task(
+        _sample_engine_stats(state, after=asyncio.create_task(started()), interval_s=0)
+    )
+    try:
+        await asyncio.wait_for(polled_twice.wait(), 10)
+    finally:
+        sampler.cancel()
+    value = state.metrics.registry.get_sample_value
+    assert value("speech_talker_streams_total", {"rank": "1"}) == 1
+    assert value("speech_talker_audio_seconds_total", {"rank": "1"}) == 1.0
+    assert value("speech_talker_first_chunk_seconds_count", {"rank": "1"}) == 1

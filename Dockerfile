@@ -21,7 +21,8 @@ COPY realtime_engine ./realtime_engine
 COPY bench ./bench
 COPY web_demo ./web_demo
 # torch and vllm come from the base image; pip keeps them as they are.
-RUN python3 -m pip install --no-cache-dir ".[server,gpu]"
+# [redis]: replicas share voices through --voice-store (deploy/docker-compose.yml).
+RUN python3 -m pip install --no-cache-dir ".[server,gpu,redis]"
 
 EXPOSE 8000
 ENTRYPOINT ["speech-gateway", "serve", "--host", "0.0.0.0", "--port", "8000", "--engine", "higgs"]

@@ -8,9 +8,14 @@ prefill and per-request overhead. Each model runs in its own subprocess so
 GPU memory is fully released between them. Results go to
 ``$OUT/talker_step.json`` (or ``--out``).
 
+``higgs_audio`` (with ``--audio-model DIR``, a checkpoint with its codec,
+e.g. the random full-size one) runs the same steps with every request asking
+for audio (``exact`` chunking): the talker step plus the codec beside it.
+
 GPU::
 
     python -m bench.talker_step
+    python -m bench.talker_step --models higgs_audio,qwen3 --audio-model /root/higgs_v3_random
 
 CPU smoke check (tiny shapes, eager, Triton interpreter shim from tests/)::
 
@@ -118,10 +123,11 @@ def measure(
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
+    audio = kind == "higgs_audio"
     t0 = time.perf_counter()
     llm = LLM(
         model=model_dir,
-        load_format="dummy",
+        load_format="auto" if audio else "dummy",
         skip_tokenizer_init=True,
         dtype="float32" if cpu else "bfloat16",
         enforce_eager=cpu,
@@ -134,7 +140,7 @@ def measure(
     assert llm.llm_engine.vllm_config.use_v2_model_runner
     prompt = TokensPrompt(prompt_token_ids=list(range(1000, 1032)))
     receiver = None
-    if kind == "higgs":
+    if kind.startswith("higgs"):
         from realtime_engine.talker.vllm_rows import RowReceiver
 
         rows_seen = [0]
@@ -145,8 +151,9 @@ def measure(
         receiver = RowReceiver(count)
 
     def params(n: int, i: int) -> SamplingParams:
-        if kind != "higgs":
+        if not kind.startswith("higgs"):
             return SamplingParams(max_tokens=n, ignore_eos=True, detokenize=False)
+        from realtime_engine.codec.presets import get_preset
         from realtime_engine.talker.termination import eoc_bounds
         from realtime_engine.talker.vllm_protocol import TalkerArgs
 
@@ -165,6 +172,7 @@ def measure(
             seed=i,
             eoc_not_before=not_before,
             eoc_at=at,
+            chunking=TalkerArgs.chunking_fields(get_preset("exact")) if audio else None,
         )
         return SamplingParams(
             max_tokens=n + 1,
@@ -193,8 +201,9 @@ def measure(
     if receiver is not None:
         time.sleep(0.5)
         expected = sum(lens) * sum(batches) + lens[0] * min(batches)
-        out["rows_received"] = rows_seen[0]
-        out["rows_expected"] = expected
+        out["events_received"] = rows_seen[0]  # rows, or PCM chunks for higgs_audio
+        if not audio:
+            out["rows_expected"] = expected
         receiver.close()
     return out
 
@@ -212,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         "--batches", default=None, help="comma-separated (default 1,16,64,256; CPU 1,4)"
     )
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--audio-model", default=None, help="checkpoint with a codec (higgs_audio)")
     ap.add_argument("--_one", nargs=3, metavar=("KIND", "DIR", "JSON"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     default_batches = "1,4" if args.cpu_smoke else "1,16,64,256"
@@ -240,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
                 root, "qwen3", qwen3_config(TINY_PLAIN_TEXT if args.cpu_smoke else text)
             ),
         }
+        if args.audio_model:
+            dirs["higgs_audio"] = Path(args.audio_model)
         env = dict(os.environ)
         paths = [str(plugin_path(root)), str(REPO)]
         env.setdefault("VLLM_USE_V2_MODEL_RUNNER", "1")

@@ -61,14 +61,13 @@ def _default_voices(state: GatewayState) -> VoiceRegistry | None:
     if library is None:
         return None
     settings = state.settings
-    store = None
-    if settings.voice_dir:
-        store = voices.VoiceStore(settings.voice_dir)
+    backend = voices.open_voice_backend(settings.voice_store, settings.voice_dir)
+    log.info("voices kept in %s", backend.description)
     registry: VoiceRegistry = library(
         state.engine,
         max_reference_seconds=settings.limits.max_reference_seconds,
         max_cached=settings.voice_cache_entries,
-        store=store,
+        backend=backend,
     )
     return registry
 
@@ -135,6 +134,9 @@ def create_app(
                 task.cancel()
             await asyncio.gather(warm, sampler, health, return_exceptions=True)
             await engine.close()
+            close_voices = getattr(state.voices, "close", None)
+            if callable(close_voices):
+                await close_voices()  # a shared store's connections
 
     async def realtime(ws: WebSocket) -> None:
         await _serve_session(ws, state, segmenters)

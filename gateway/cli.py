@@ -16,7 +16,9 @@ from gateway.drain import ENGINE_DEAD_EXIT_STATUS, DrainingServer
 from gateway.protocol import Limits
 from gateway.settings import GatewaySettings
 from gateway.state import GatewayState
+from gateway.voice_backends import check_voice_store
 from realtime_engine.engines.base import EngineError, SpeechEngine
+from realtime_engine.format import CODEC_PRECISIONS, DEFAULT_CODEC_PRECISION
 from realtime_engine.talker.backends import (
     TALKER_BACKENDS,
     TalkerOptions,
@@ -25,8 +27,6 @@ from realtime_engine.talker.backends import (
 )
 
 ENGINES = ("auto", "higgs", "cpu-voice", "fake")
-# realtime_engine.codec.decoder.CODEC_PRECISIONS, spelled out: importing the codec pulls in torch
-CODEC_PRECISIONS = ("fp32", "tf32", "bf16")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,15 +81,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--codec-precision",
         choices=CODEC_PRECISIONS,
-        default="fp32",
-        help="codec decoder arithmetic on CUDA: fp32 (chunked output equals whole decoding), "
-        "tf32 or bf16 (faster, ~1e-3 rounding)",
+        default=DEFAULT_CODEC_PRECISION,
+        help="codec arithmetic on CUDA (the CPU always computes fp32): tf32 (the default, "
+        "~1e-3 of the peak), fp32 (IEEE) or bf16",
     )
     serve.add_argument(
         "--codec-batch",
         type=int,
         default=64,
-        help="most chunk windows per codec call (the codec runs beside the talker)",
+        help="most chunks cut per codec call (the codec runs beside the talker)",
     )
     serve.add_argument(
         "--model-name",
@@ -101,6 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--voice-dir",
         help="directory where encoded voices persist across restarts (default: memory only)",
+    )
+    serve.add_argument(
+        "--voice-store",
+        metavar="URL",
+        help="a voice store shared by several gateway replicas, e.g. redis://host:6379/0 "
+        "(needs the [redis] extra; docs/scaling.md); excludes --voice-dir",
     )
     serve.add_argument(
         "--voice-cache", type=int, help="encoded voices kept in memory (least recently used out)"
@@ -188,7 +194,7 @@ def build_engine(
     model: str | None,
     device: str | None,
     talker: TalkerOptions | None = None,
-    codec_precision: str = "fp32",
+    codec_precision: str = DEFAULT_CODEC_PRECISION,
     codec_batch: int = 64,
     fake_options: dict[str, object] | None = None,
 ) -> SpeechEngine:
@@ -232,6 +238,7 @@ def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
         api_keys=tuple(args.api_keys) if args.api_keys else None,
         limits=limits,
         voice_dir=getattr(args, "voice_dir", None),
+        voice_store=getattr(args, "voice_store", None),
         voice_cache_entries=getattr(args, "voice_cache", None),
         drain_timeout_s=args.drain_timeout,
         exit_on_engine_death=args.exit_on_engine_death or None,
@@ -305,6 +312,11 @@ async def serve(
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     settings = settings_from_args(args)
+    try:
+        check_voice_store(settings.voice_store, settings.voice_dir)
+    except ValueError as e:
+        print(f"speech-gateway: error: {e}", file=sys.stderr)
+        return 2
     kind = resolve_engine_kind(args.engine, args.model)
     raw = with_parallel_flags(
         args.talker_options, args.data_parallel_size, args.tensor_parallel_size

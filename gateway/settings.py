@@ -49,6 +49,9 @@ class GatewaySettings(BaseModel):
     voice_cache_entries: int = Field(default=1024, ge=1)
     # Where encoded voices persist across restarts; none when empty.
     voice_dir: str = ""
+    # A store shared by gateway replicas (redis://host:6379/0); replaces
+    # voice_dir. Empty: voices live in this process (docs/scaling.md).
+    voice_store: str = ""
 
     @classmethod
     def from_env(cls, **overrides: object) -> GatewaySettings:

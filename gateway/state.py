@@ -24,7 +24,13 @@ class VoiceRegistry(Protocol):
     """Where voice ids resolve, per API key; HTTP ``/v1/voices`` and WS
     ``voice.create`` share it."""
 
-    def has(self, voice_id: str, key_id: str = ANONYMOUS) -> bool: ...
+    def has(self, voice_id: str, key_id: str = ANONYMOUS) -> bool:
+        """Without I/O; for a voice that may live in a shared store, ``refresh`` it first."""
+        ...
+
+    async def refresh(self, voice_id: str, key_id: str = ANONYMOUS) -> None:
+        """Look ``voice_id`` up where voices are kept, so that ``has`` answers for it."""
+        ...
 
     async def create(
         self, audio: bytes, text: str | None, voice_id: str | None, key_id: str = ANONYMOUS
@@ -46,6 +52,9 @@ class EngineVoices:
 
     def has(self, voice_id: str, key_id: str = ANONYMOUS) -> bool:
         return voice_id == "default" or any(v.voice_id == voice_id for v in self._engine.voices())
+
+    async def refresh(self, voice_id: str, key_id: str = ANONYMOUS) -> None:
+        return None  # built-in voices only: nothing to look up
 
     async def create(
         self, audio: bytes, text: str | None, voice_id: str | None, key_id: str = ANONYMOUS

@@ -28,6 +28,17 @@ import numpy as np
 log = logging.getLogger("gateway.voices")
 
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
+CODEBOOKS = 8
+CODEBOOK_SIZE = 1024
+
+
+def checked_codes(codes: np.ndarray) -> np.ndarray | None:
+    """``codes`` when they are ``[frames, 8]`` codebook indices, else None."""
+    if codes.ndim != 2 or codes.shape[1] != CODEBOOKS or codes.size == 0:
+        return None
+    if codes.min() < 0 or codes.max() >= CODEBOOK_SIZE:
+        return None
+    return codes
 
 
 @dataclass(frozen=True)
@@ -72,7 +83,7 @@ class VoiceStore:
         except (OSError, ValueError, KeyError) as e:
             log.warning("skipping unreadable voice codes %s: %s", path.name, e)
             return None
-        if codes.ndim != 2 or codes.shape[1] != 8 or codes.min() < 0 or codes.max() >= 1024:
+        if checked_codes(codes) is None:
             log.warning("skipping voice codes %s: not [frames, 8] codes", path.name)
             return None
         return codes, text

@@ -6,14 +6,17 @@ to the same cached codec codes.
 
 - A clip is encoded once. Codes are cached by content hash (API key, clip
   bytes, transcript) in memory, least recently used first out past
-  ``max_cached``; with a ``VoiceStore`` they are also written to disk and read
-  back on a miss, so eviction and restarts cost no re-encoding.
+  ``max_cached``; with a directory or a shared store (gateway/voice_backends.py)
+  they are also written there and read back on a miss, so eviction, restarts
+  and other replicas cost no re-encoding.
 - Voices are per API key: a voice created on one socket is usable on every
   socket and HTTP call of the same key, and no other key can see, use or
   delete it. The cache is keyed by key too, so not even a cache hit reveals
   that another key sent the same clip.
-- A named voice whose codes were evicted (and are not on disk) is gone: using
+- A named voice whose codes were evicted (and are in no store) is gone: using
   it is refused like an unknown voice.
+- With a shared store every use reads the voice's name from the store: a voice
+  deleted through one replica is refused by all the others from then on.
 
 Engines that can clone say so with ``supports_voice_cloning`` and implement
 ``VoiceCloningEngine``. Clips are decoded and checked before that capability
@@ -34,6 +37,8 @@ import numpy as np
 
 from gateway.auth import ANONYMOUS
 from gateway.state import CreatedVoice
+from gateway.voice_backends import AddOutcome, LocalVoiceBackend, VoiceBackend, check_voice_store
+from gateway.voice_backends import VoiceStoreError as VoiceStoreError
 from gateway.voice_clips import (
     CLIP_SAMPLE_RATE as CLIP_SAMPLE_RATE,
 )
@@ -134,7 +139,11 @@ class VoiceStats:
 
 
 class VoiceLibrary:
-    """Built-in voices of the engine plus cloned ones; satisfies ``state.VoiceRegistry``."""
+    """Built-in voices of the engine plus cloned ones; satisfies ``state.VoiceRegistry``.
+
+    Names live in the ``VoiceBackend`` (this process, or a store shared by
+    replicas); codes are cached here, least recently used out first.
+    """
 
     def __init__(
         self,
@@ -143,24 +152,26 @@ class VoiceLibrary:
         max_voices: int = 256,
         max_cached: int = 1024,
         store: VoiceStore | None = None,
+        backend: VoiceBackend | None = None,
     ) -> None:
+        if store is not None and backend is not None:
+            raise ValueError("pass a directory store or a backend, not both")
         self._engine = engine
         self.max_reference_seconds = max_reference_seconds
         self._max_voices = max_voices  # named voices per API key
         self._max_cached = max_cached
-        self._store = store
+        self._backend: VoiceBackend = backend or LocalVoiceBackend(store)
         self._codes: OrderedDict[str, VoiceReference] = OrderedDict()  # digest -> codes (LRU)
         self._encoding: dict[str, asyncio.Future[VoiceReference]] = {}  # encodes under way
-        self._named: dict[str, dict[str, VoiceEntry]] = {}  # key id -> voice id -> entry
-        self._lock = asyncio.Lock()
         self._encodes = self._hits = self._evictions = 0
-        if store is not None:
-            for name in store.load_names():
-                self._named.setdefault(name.key_id, {})[name.voice_id] = _entry_of(name)
 
     @property
     def engine(self) -> SpeechEngine:
         return self._engine
+
+    @property
+    def backend(self) -> VoiceBackend:
+        return self._backend
 
     def stats(self) -> VoiceStats:
         return VoiceStats(self._encodes, self._hits, self._evictions, len(self._codes))
@@ -171,16 +182,26 @@ class VoiceLibrary:
         return entries
 
     def has(self, voice_id: str, key_id: str = ANONYMOUS) -> bool:
-        return voice_id in self._named.get(key_id, {}) or voice_id in self._builtin()
+        """Without I/O: a shared store's answer as of the last ``refresh``."""
+        return voice_id in self._builtin() or self._backend.known(key_id, voice_id)
 
-    def list(self, key_id: str = ANONYMOUS) -> list[VoiceEntry]:
-        return [*self._builtin().values(), *self._named.get(key_id, {}).values()]
+    async def refresh(self, voice_id: str, key_id: str = ANONYMOUS) -> None:
+        """Ask the store about ``voice_id`` so that ``has`` answers for it now."""
+        if voice_id not in self._builtin():
+            await self._backend.get_name(key_id, voice_id)
 
-    def get(self, voice_id: str, key_id: str = ANONYMOUS) -> VoiceEntry:
-        entry = self._named.get(key_id, {}).get(voice_id) or self._builtin().get(voice_id)
-        if entry is None:
+    async def list(self, key_id: str = ANONYMOUS) -> list[VoiceEntry]:
+        named = await self._backend.list_names(key_id)
+        return [*self._builtin().values(), *(_entry_of(n) for n in named)]
+
+    async def get(self, voice_id: str, key_id: str = ANONYMOUS) -> VoiceEntry:
+        builtin = self._builtin().get(voice_id)
+        if builtin is not None:
+            return builtin
+        name = await self._backend.get_name(key_id, voice_id)
+        if name is None:
             raise VoiceNotFoundError(f"no voice named {voice_id!r}", "voice_id")
-        return entry
+        return _entry_of(name)
 
     async def load_clip(self, audio: bytes, param: str = "audio") -> ReferenceClip:
         return await asyncio.to_thread(
@@ -203,47 +224,48 @@ class VoiceLibrary:
         clip = await self.load_clip(audio)
         if not can_clone(self._engine):
             raise cloning_unsupported(self._engine)
-        named = self._named.setdefault(key_id, {})
-        if voice_id is None:
-            # The same clip again: the voice it already made, under any id.
-            known = next((v for v, e in named.items() if e.digest == digest), None)
-            voice_id = known or f"voice_{digest[:16]}"
         if voice_id in self._builtin():
             raise VoiceConflictError(f"{voice_id!r} is a built-in voice", "voice_id")
+        named = {n.voice_id: n for n in await self._backend.list_names(key_id)}
+        if voice_id is None:
+            # The same clip again: the voice it already made, under any id.
+            known = next((v for v, n in named.items() if n.digest == digest), None)
+            voice_id = known or f"voice_{digest[:16]}"
         existing = named.get(voice_id)
         if existing is not None and existing.digest != digest:
-            raise VoiceConflictError(
-                f"voice {voice_id!r} already exists with another clip; delete it first",
-                "voice_id",
-            )
+            raise _taken(voice_id)
         if existing is None and len(named) >= self._max_voices:
-            raise VoiceConflictError(
-                f"this key holds its maximum of {self._max_voices} voices", "voice_id"
-            )
-        reference, cached = await self._codes_for(digest, clip, text)
-        async with self._lock:
-            if voice_id not in named:
-                entry = VoiceEntry(
-                    voice_id,
-                    description="cloned from a reference clip",
-                    builtin=False,
-                    duration_s=round(clip.duration_s, 3),
-                    frames=reference.frames,
-                    text=text,
-                    created_at=int(time.time()),
-                    digest=digest,
-                )
-                named[voice_id] = entry
-                if self._store is not None:
-                    await asyncio.to_thread(self._store.save_name, _stored(key_id, entry))
+            raise self._full()  # fail before the encoder; add_name checks again atomically
+        reference, cached = await self._codes_for(key_id, digest, clip, text)
+        name = StoredName(
+            key_id=key_id,
+            voice_id=voice_id,
+            digest=digest,
+            duration_s=round(clip.duration_s, 3),
+            frames=reference.frames,
+            text=text,
+            created_at=int(time.time()),
+        )
+        added = await self._backend.add_name(name, reference.codes, text, self._max_voices)
+        if added.outcome is AddOutcome.FULL:
+            raise self._full()
+        if added.outcome is AddOutcome.EXISTS and (
+            added.name is None or added.name.digest != digest
+        ):
+            raise _taken(voice_id)  # another request named another clip meanwhile
         return CreatedVoice(voice_id, clip.duration_s, reference.frames, cached=cached)
 
+    def _full(self) -> VoiceConflictError:
+        return VoiceConflictError(
+            f"this key holds its maximum of {self._max_voices} voices", "voice_id"
+        )
+
     async def _codes_for(
-        self, digest: str, clip: ReferenceClip, text: str | None
+        self, key_id: str, digest: str, clip: ReferenceClip, text: str | None
     ) -> tuple[VoiceReference, bool]:
         """The clip's codes and whether they came from the cache; concurrent
         requests for one clip share a single encode."""
-        reference = await self._cached(digest)
+        reference = await self._cached(key_id, digest)
         if reference is not None:
             return reference, True
         pending = self._encoding.get(digest)
@@ -272,19 +294,16 @@ class VoiceLibrary:
             raise ReferenceAudioError(f"'audio' cannot be encoded: {e}", "audio") from e
         reference = VoiceReference(np.asarray(codes, dtype=np.int64), text)
         self._remember(digest, reference)
-        if self._store is not None:
-            await asyncio.to_thread(self._store.save_codes, digest, reference.codes, text)
         return reference
 
-    async def _cached(self, digest: str) -> VoiceReference | None:
+    async def _cached(self, key_id: str, digest: str) -> VoiceReference | None:
+        """Codes never change under a digest, so the memory copy needs no invalidation."""
         reference = self._codes.get(digest)
         if reference is not None:
             self._codes.move_to_end(digest)
             self._hits += 1
             return reference
-        if self._store is None:
-            return None
-        loaded = await asyncio.to_thread(self._store.load_codes, digest)
+        loaded = await self._backend.load_codes(key_id, digest)
         if loaded is None:
             return None
         self._hits += 1
@@ -300,15 +319,19 @@ class VoiceLibrary:
             self._evictions += 1
 
     async def reference(self, voice_id: str, key_id: str = ANONYMOUS) -> VoiceReference | None:
-        """The codes of ``voice_id`` for this key; None for built-in voices."""
-        entry = self._named.get(key_id, {}).get(voice_id)
-        if entry is None:
-            if voice_id in self._builtin():
-                return None
+        """The codes of ``voice_id`` for this key; None for built-in voices.
+
+        The name is read from the backend on every use, so a voice deleted
+        through another replica is refused here at once.
+        """
+        if voice_id in self._builtin():
+            return None
+        name = await self._backend.get_name(key_id, voice_id)
+        if name is None:
             raise VoiceNotFoundError(f"no voice named {voice_id!r}", "voice")
-        reference = await self._cached(entry.digest)
+        reference = await self._cached(key_id, name.digest)
         if reference is None:
-            await self._forget(voice_id, key_id)
+            await self._backend.delete_name(key_id, voice_id)
             raise VoiceNotFoundError(
                 f"voice {voice_id!r} has expired from the voice cache; create it again", "voice"
             )
@@ -317,15 +340,27 @@ class VoiceLibrary:
     async def delete(self, voice_id: str, key_id: str = ANONYMOUS) -> None:
         if voice_id in self._builtin():
             raise VoiceConflictError(f"{voice_id!r} is a built-in voice", "voice_id")
-        if voice_id not in self._named.get(key_id, {}):
+        if not await self._backend.delete_name(key_id, voice_id):
             raise VoiceNotFoundError(f"no voice named {voice_id!r}", "voice_id")
-        await self._forget(voice_id, key_id)
 
-    async def _forget(self, voice_id: str, key_id: str) -> None:
-        async with self._lock:
-            self._named.get(key_id, {}).pop(voice_id, None)
-            if self._store is not None:
-                await asyncio.to_thread(self._store.delete_name, key_id, voice_id)
+    async def close(self) -> None:
+        await self._backend.close()
+
+
+def open_voice_backend(store_url: str, voice_dir: str) -> VoiceBackend:
+    """The backend the settings name: a shared store URL, a directory, or memory."""
+    check_voice_store(store_url, voice_dir)
+    if store_url:
+        from gateway.voice_redis import RedisVoiceBackend
+
+        return RedisVoiceBackend.from_url(store_url)
+    return LocalVoiceBackend(VoiceStore(voice_dir) if voice_dir else None)
+
+
+def _taken(voice_id: str) -> VoiceConflictError:
+    return VoiceConflictError(
+        f"voice {voice_id!r} already exists with another clip; delete it first", "voice_id"
+    )
 
 
 def _entry_of(name: StoredName) -> VoiceEntry:
@@ -338,16 +373,4 @@ def _entry_of(name: StoredName) -> VoiceEntry:
         text=name.text,
         created_at=name.created_at,
         digest=name.digest,
-    )
-
-
-def _stored(key_id: str, entry: VoiceEntry) -> StoredName:
-    return StoredName(
-        key_id=key_id,
-        voice_id=entry.voice_id,
-        digest=entry.digest,
-        duration_s=entry.duration_s or 0.0,
-        frames=entry.frames or 0,
-        text=entry.text,
-        created_at=entry.created_at or 0,
     )

@@ -26,6 +26,20 @@ CODEBOOK_VOCAB: Final = CODEBOOK_SIZE + 2  # codes + BOC + EOC
 # complete at row t + DELAY_ROWS and T frames take T + DELAY_ROWS rows.
 DELAY_ROWS: Final = NUM_CODEBOOKS - 1
 
+# Codec arithmetic on CUDA (the CPU always computes fp32): fp32 (IEEE
+# convolutions), tf32 (TF32 tensor cores, ~1e-3 of the peak) or bf16 (autocast).
+# tf32 by default: on an H200 the codec step is several times faster than in
+# fp32 at an error far below audibility (docs/bench/RESULTS.md, section 8).
+CODEC_PRECISIONS: Final = ("fp32", "tf32", "bf16")
+DEFAULT_CODEC_PRECISION: Final = "tf32"
+
+# Bounds of a chunking (the protocol's limits; the engine's per-slot PCM ring
+# is sized from them).
+MAX_FIRST_CHUNK_FRAMES: Final = 100
+MAX_CHUNK_FRAMES: Final = 200
+MAX_CONTEXT_FRAMES: Final = 64
+MAX_HOLDBACK_FRAMES: Final = 64
+
 
 def rows_for_frames(frames: int) -> int:
     """Talker rows that carry ``frames`` complete codec frames."""

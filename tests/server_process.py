@@ -31,9 +31,9 @@ class ServerProcess:
 
 
 @contextlib.asynccontextmanager
-async def server_process(args: Sequence[str], ready_timeout: float = 120) -> AsyncIterator[
-    ServerProcess
-]:
+async def server_process(
+    args: Sequence[str], ready_timeout: float = 120
+) -> AsyncIterator[ServerProcess]:
     """Start ``gateway.cli serve --port 0 *args``; yield once it says it is ready."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("SPEECH_GATEWAY_API_KEYS", None)

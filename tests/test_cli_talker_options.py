@@ -9,6 +9,7 @@ import pytest
 from gateway import cli
 from realtime_engine.codec.decoder import CODEC_PRECISIONS
 from realtime_engine.engines.higgs import HiggsEngine
+from realtime_engine.format import DEFAULT_CODEC_PRECISION
 from realtime_engine.talker import backends
 from realtime_engine.talker.backends import ReferenceOptions, VllmOptions
 
@@ -35,7 +36,7 @@ def test_vllm_options_are_typed_and_reach_the_engine(monkeypatch: pytest.MonkeyP
     assert seen == {
         "model": "/ckpt",
         "talker": VllmOptions(max_num_seqs=256),
-        "codec_precision": "fp32",
+        "codec_precision": DEFAULT_CODEC_PRECISION,
         "codec_batch": 64,
     }
 

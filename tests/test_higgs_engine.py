@@ -164,7 +164,7 @@ async def test_talker_failure_surfaces_as_engine_error(tiny: LoadedTalker) -> No
 class BrokenCodec(CodecDecoder):
     """The tiny codec, whose kernels crash."""
 
-    def decode_valid(self, codes: torch.Tensor) -> torch.Tensor:
+    def acoustic_input(self, codes: torch.Tensor) -> torch.Tensor:
         raise RuntimeError("codec kernel crashed")
 
 

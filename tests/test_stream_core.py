@@ -339,3 +339,17 @@ def test_the_hot_path_never_reads_device_values(codec32: CodecDecoder) -> None:
     with _ScalarReads() as mode:
         core.check_codes(torch.zeros(2, 8, 1, dtype=torch.int64))  # the explicit check does
     assert mode.reads
+
+
+def test_fused_activations_give_the_eager_stream(codec32: CodecDecoder) -> None:
+    """The compiled activation (the CUDA path's) changes only float32 rounding:
+    steps, a peek and the flush, for a batch of two slots."""
+    codes = torch.randint(0, 1024, (2, 8, 12), generator=torch.Generator().manual_seed(7))
+    out = {}
+    for fused in (False, True):
+        sc = StreamingCodec(codec32, 2, fused=fused)
+        pcm = [sc.step([0, 1], codes[:, :, t : t + 1]) for t in range(12)]
+        pcm += [sc.peek([0, 1], 5000), sc.flush([0, 1])]
+        out[fused] = torch.cat(pcm, dim=-1)
+    assert sc.layers.fused
+    assert rel(out[True], out[False]) < 1e-5

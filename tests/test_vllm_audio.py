@@ -7,6 +7,7 @@ messages are read back by a real ``RowReceiver``.
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Iterator
 
@@ -16,11 +17,12 @@ import torch
 
 pytest.importorskip("zmq", reason="pyzmq comes with vllm; without it there is no transport")
 
+from streaming_support import whole
+
 from realtime_engine.codec.decoder import CodecDecoder, load_codec_decoder
 from realtime_engine.codec.delay import apply_delay
 from realtime_engine.codec.layout import CodecDims, random_codec_state_dict
 from realtime_engine.codec.presets import get_preset
-from realtime_engine.codec.streaming import rows_to_frames
 from realtime_engine.engines.base import ChunkingParams
 from realtime_engine.talker.vllm_audio import VllmAudio
 from realtime_engine.talker.vllm_protocol import FailureEvent, PcmEvent, RowEvent, TalkerArgs
@@ -116,7 +118,8 @@ PROMPT = 5
 
 
 def offline(codec: CodecDecoder, rows: np.ndarray) -> np.ndarray:
-    return codec.decode(torch.from_numpy(rows_to_frames(rows)[None]))[0, 0].numpy()
+    """The whole-utterance decode, computed exactly (float64)."""
+    return whole(copy.deepcopy(codec).double(), rows).astype(np.float64)
 
 
 def close_to_peak(got: np.ndarray, want: np.ndarray) -> bool:
@@ -164,7 +167,7 @@ def test_finished_preempted_and_reused_slots_give_whole_utterance_audio(
 
 
 class BrokenCodec(CodecDecoder):
-    def decode_valid(self, codes: torch.Tensor) -> torch.Tensor:
+    def acoustic_input(self, codes: torch.Tensor) -> torch.Tensor:
         raise RuntimeError("codec kernel crashed")
 
 

@@ -167,7 +167,7 @@ def test_decode_clip_refuses_long_and_broken_clips() -> None:
 
 async def test_library_lists_builtin_voices_and_refuses_cloning_after_checks() -> None:
     library = VoiceLibrary(FakeEngine())
-    assert [v.voice_id for v in library.list()] == ["default", "fake-bright"]
+    assert [v.voice_id for v in await library.list()] == ["default", "fake-bright"]
     assert library.has("fake-bright") and not library.has("nobody")
     with pytest.raises(ReferenceAudioError):  # the clip is checked first
         await library.create(b"garbage", None, None)
@@ -187,7 +187,7 @@ async def test_library_clones_once_per_clip() -> None:
     assert named.cached and len(engine.encoded) == 1
     assert library.stats().encodes == 1 and library.stats().hits == 2
     assert library.has(first.voice_id)
-    entry = library.get(first.voice_id)
+    entry = await library.get(first.voice_id)
     assert not entry.builtin and entry.text == "a tone"
     # every name of the clip leads to the same codes
     one, two = await library.reference(first.voice_id), await library.reference("named")
@@ -228,7 +228,7 @@ async def test_keys_do_not_see_each_others_voices() -> None:
     library = VoiceLibrary(engine)
     await library.create(CLIP, None, "mine", key_id="key_a")
     assert library.has("mine", "key_a") and not library.has("mine", "key_b")
-    assert [v.voice_id for v in library.list("key_b")] == ["default", "fake-bright"]
+    assert [v.voice_id for v in await library.list("key_b")] == ["default", "fake-bright"]
     with pytest.raises(VoiceNotFoundError):
         await library.reference("mine", "key_b")
     with pytest.raises(VoiceNotFoundError):

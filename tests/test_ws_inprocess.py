@@ -345,6 +345,9 @@ class ClonableVoices:
     def has(self, voice_id: str, key_id: str = "anonymous") -> bool:
         return voice_id in self.engine.config.voices
 
+    async def refresh(self, voice_id: str, key_id: str = "anonymous") -> None:
+        return None  # everything lives in this process
+
     async def reference(self, voice_id: str, key_id: str = "anonymous") -> None:
         if not self.has(voice_id):
             raise ValueError(f"no voice named {voice_id!r}")

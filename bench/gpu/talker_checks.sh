@@ -2,11 +2,14 @@
 # talker_checks.sh -- ON THE GPU MACHINE, after the vLLM kit is installed: the talker's code
 # sampler eager vs replayed from its CUDA graphs, then whether the graphs change any row.
 #
-#   0. bench.codec_throughput     the codec decoder's audio-seconds per second (no vLLM)
+#   0. bench.codec_throughput     the served codec step's audio-seconds per second by batch and
+#                                 precision, and its error vs a float64 decode (no vLLM)
 #   1. bench.talker_sampler_step  the sampler's stages and its whole step, eager and graph (no vLLM)
 #   2. bench.talker_vllm_check    tiny checkpoint through vLLM: graphs (vLLM's and the sampler's)
 #                                 vs eager, greedy and seeded-sampled rows; greedy vs the reference
 #   3. bench.talker_step          decode step time of the talker at real size (dummy weights)
+#   5. bench.talker_step          (CHECKS=audio_step) the same steps with every request asking for
+#                                 audio: talker + the codec beside it (the random full checkpoint)
 #   4. bench.gpu.voice_prefill    (opt-in: CHECKS=voice) prefill and TTFA vs voice-reference length
 #
 # The sampler graphs are on in every CUDA engine (vLLM's enforce_eager turns them off), so check 2
@@ -21,7 +24,9 @@ WORK=${WORK:-/root/h200_work}
 PY=${PYTHON:-python3}
 STEP_BATCHES=${STEP_BATCHES-1,16,64,256}
 SAMPLER_BATCHES=${SAMPLER_BATCHES:-1,16,64,256,384}
-CODEC_BATCHES=${CODEC_BATCHES:-1,16,64,128}
+CODEC_BATCHES=${CODEC_BATCHES:-1,16,64,128,256}
+AUDIO_STEP_BATCHES=${AUDIO_STEP_BATCHES:-1,64,256}
+CKPT=${CKPT:-/root/higgs_v3_random}
 CHECKS=${CHECKS:-codec,sampler,rows,step}
 want() { [[ ",$CHECKS," == *",$1,"* ]]; }
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -38,7 +43,7 @@ export VLLM_USE_V2_MODEL_RUNNER=1 VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_PLUGINS=hig
 if want codec; then
   say "codec decoder throughput by preset, batch and precision"
   "$PY" -m bench.codec_throughput --batches "$CODEC_BATCHES" --out "$RES" > "$RES/codec_throughput.log" 2>&1
-  grep -E '"batch": (1|64|128)[,}]' "$RES/codec_throughput.log" | cut -c1-200
+  grep -E '"batch": (1|64|256)[,}]|peak_error|failed' "$RES/codec_throughput.log" | cut -c1-200
 fi
 
 if want sampler; then
@@ -64,6 +69,16 @@ if want step && [ -n "$STEP_BATCHES" ]; then
   "$PY" -m bench.talker_step --models higgs --batches "$STEP_BATCHES" \
     --out "$RES" > "$RES/talker_step.log" 2>&1
   if [ -f "$RES/talker_step.json" ]; then cat "$RES/talker_step.json"; else tail -n 30 "$RES/talker_step.log"; fi
+fi
+
+if want audio_step; then
+  say "talker + codec step at real size (audio requests, exact chunking)"
+  mkdir -p "$RES/audio_step"
+  "$PY" -m bench.talker_step --models higgs_audio --audio-model "$CKPT" --batches "$AUDIO_STEP_BATCHES" \
+    --out "$RES/audio_step" > "$RES/audio_step.log" 2>&1
+  if [ -f "$RES/audio_step/talker_step.json" ]; then cp "$RES/audio_step/talker_step.json" "$OUT/audio_step.json"; cat "$OUT/audio_step.json"
+  else tail -n 40 "$RES/audio_step.log"; fi
+  grep -h "codec step\|CodecCaptureError" "$RES/audio_step.log" | cut -c1-200 | head -n 3
 fi
 
 if want voice; then

@@ -8,7 +8,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from gateway.auth import AuthError
-from gateway.protocol import ErrorCode, ErrorDetail, invalid_request, safe_json
+from gateway.protocol import (
+    ErrorCode,
+    ErrorDetail,
+    invalid_request,
+    safe_json,
+    voice_store_unavailable,
+)
 from gateway.state import GatewayState
 
 
@@ -28,6 +34,11 @@ class ApiError(Exception):
 
 def bad_request(message: str, param: str | None, code: str = ErrorCode.INVALID_VALUE) -> ApiError:
     return ApiError(400, invalid_request(code, message, param=param))
+
+
+def store_unavailable(error: Exception) -> ApiError:
+    """The shared voice store failed: 503, retryable."""
+    return ApiError(503, voice_store_unavailable(str(error)))
 
 
 def error_response(error: ApiError, state: GatewayState) -> JSONResponse:

@@ -34,13 +34,14 @@ from gateway.http.errors import (
     bad_request,
     error_response,
     parse_json_body,
+    store_unavailable,
 )
 from gateway.http.speech_request import SpeechParams, parse_speech_request
 from gateway.http.voices import voice_routes
 from gateway.protocol import ErrorCode, ErrorDetail
 from gateway.state import GatewayState
 from gateway.voice_clips import MIN_REFERENCE_SECONDS
-from gateway.voices import can_clone, cloning_unsupported, decode_clip
+from gateway.voices import VoiceStoreError, can_clone, cloning_unsupported, decode_clip
 from realtime_engine.audio.containers import ContainerEncoder
 from realtime_engine.audio.errors import AudioFormatError
 from realtime_engine.engines.base import (
@@ -120,6 +121,8 @@ async def _resolve_voice(
 
 async def _parse(body: object, state: GatewayState, key_id: str) -> SpeechParams:
     max_seconds = state.settings.limits.max_reference_seconds
+    if isinstance(body, dict) and isinstance(voice := body.get("voice"), str):
+        await state.voices.refresh(voice, key_id)  # a voice made on another replica
     parse = functools.partial(
         parse_speech_request,
         body,
@@ -313,6 +316,8 @@ async def create_speech(request: Request, state: GatewayState) -> Response:
             raise _engine_failure(e) from e
     except ApiError as e:
         return error_response(e, state)
+    except VoiceStoreError as e:
+        return error_response(store_unavailable(e), state)
 
     sample_rate = state.engine.sample_rate
     samples = 0

@@ -17,7 +17,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from gateway.http.errors import ApiError, authenticate, bad_request, error_response, parse_json_body
+from gateway.http.errors import (
+    ApiError,
+    authenticate,
+    bad_request,
+    error_response,
+    parse_json_body,
+    store_unavailable,
+)
 from gateway.protocol import ErrorCode, ErrorDetail
 from gateway.state import GatewayState
 from gateway.voices import (
@@ -27,6 +34,7 @@ from gateway.voices import (
     VoiceError,
     VoiceLibrary,
     VoiceNotFoundError,
+    VoiceStoreError,
     decode_clip,
     reference_bytes,
 )
@@ -109,9 +117,9 @@ async def _read_create_body(
 def voice_routes(state: GatewayState) -> list[BaseRoute]:
     """Routes of the voices API over ``state.voices``."""
 
-    def entries(key_id: str) -> list[VoiceEntry]:
+    async def entries(key_id: str) -> list[VoiceEntry]:
         if isinstance(state.voices, VoiceLibrary):
-            return state.voices.list(key_id)
+            return await state.voices.list(key_id)
         entries = [VoiceEntry(v.voice_id, v.description) for v in state.engine.voices()]
         if not any(e.voice_id == "default" for e in entries):
             entries.insert(0, VoiceEntry("default", "the engine's default voice"))
@@ -120,9 +128,12 @@ def voice_routes(state: GatewayState) -> list[BaseRoute]:
     async def list_voices(request: Request) -> Response:
         try:
             key_id = authenticate(request, state)
+            listed = await entries(key_id)
         except ApiError as e:
             return error_response(e, state)
-        return JSONResponse({"object": "list", "data": [e.as_json() for e in entries(key_id)]})
+        except VoiceStoreError as e:
+            return error_response(store_unavailable(e), state)
+        return JSONResponse({"object": "list", "data": [e.as_json() for e in listed]})
 
     async def create_voice(request: Request) -> Response:
         limits = state.settings.limits
@@ -137,6 +148,8 @@ def voice_routes(state: GatewayState) -> list[BaseRoute]:
             return error_response(e, state)
         except VoiceError as e:
             return error_response(_voice_error(e), state)
+        except VoiceStoreError as e:
+            return error_response(store_unavailable(e), state)
         except UnsupportedVoiceError as e:
             return error_response(bad_request(str(e), "audio", ErrorCode.VOICE_UNSUPPORTED), state)
         except ValueError as e:
@@ -165,6 +178,8 @@ def voice_routes(state: GatewayState) -> list[BaseRoute]:
             return error_response(e, state)
         except VoiceError as e:
             return error_response(_voice_error(e), state)
+        except VoiceStoreError as e:
+            return error_response(store_unavailable(e), state)
         return JSONResponse({"object": "voice.deleted", "voice_id": voice_id, "deleted": True})
 
     return [

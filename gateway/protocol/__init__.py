@@ -35,6 +35,7 @@ from gateway.protocol.errors import ErrorType as ErrorType
 from gateway.protocol.errors import ProtocolError as ProtocolError
 from gateway.protocol.errors import invalid_request as invalid_request
 from gateway.protocol.errors import validation_error_detail as validation_error_detail
+from gateway.protocol.errors import voice_store_unavailable as voice_store_unavailable
 from gateway.protocol.frames import FRAME_HEADER as FRAME_HEADER
 from gateway.protocol.frames import FRAME_HEADER_BYTES as FRAME_HEADER_BYTES
 from gateway.protocol.frames import FRAME_KIND_AUDIO as FRAME_KIND_AUDIO

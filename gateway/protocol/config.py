@@ -10,7 +10,15 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from realtime_engine.format import DEFAULT_PRESET, SAMPLE_RATE, PresetName
+from realtime_engine.format import (
+    DEFAULT_PRESET,
+    MAX_CHUNK_FRAMES,
+    MAX_CONTEXT_FRAMES,
+    MAX_FIRST_CHUNK_FRAMES,
+    MAX_HOLDBACK_FRAMES,
+    SAMPLE_RATE,
+    PresetName,
+)
 from realtime_engine.format import PRESETS as ENGINE_PRESETS
 
 NATIVE_SAMPLE_RATE: Final = SAMPLE_RATE
@@ -61,10 +69,10 @@ class Sampling(_Strict):
 class Chunking(_Strict):
     """Streaming-codec chunking in codec frames (40 ms each at 24 kHz)."""
 
-    first_chunk_frames: int = Field(ge=1, le=100)
-    chunk_frames: int = Field(ge=1, le=200)
-    left_context_frames: int = Field(ge=0, le=64)
-    right_holdback_frames: int = Field(ge=0, le=64)
+    first_chunk_frames: int = Field(ge=1, le=MAX_FIRST_CHUNK_FRAMES)
+    chunk_frames: int = Field(ge=1, le=MAX_CHUNK_FRAMES)
+    left_context_frames: int = Field(ge=0, le=MAX_CONTEXT_FRAMES)
+    right_holdback_frames: int = Field(ge=0, le=MAX_HOLDBACK_FRAMES)
     # Geometric ramp of chunk sizes after the first chunk (null: none); the
     # playback buffer never drains while the talker runs >= this x real time.
     chunk_growth: float | None = Field(default=1.5, ge=1.0, le=8.0)

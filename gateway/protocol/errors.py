@@ -50,6 +50,7 @@ class ErrorCode(StrEnum):
     ENGINE_ERROR = "engine_error"
     ENGINE_OVERLOADED = "engine_overloaded"
     ENGINE_UNAVAILABLE = "engine_unavailable"
+    VOICE_STORE_UNAVAILABLE = "voice_store_unavailable"
     SERVER_SHUTTING_DOWN = "server_shutting_down"
     INTERNAL_ERROR = "internal_error"
     IDLE_TIMEOUT = "idle_timeout"
@@ -101,6 +102,25 @@ def invalid_request(
         param=param,
         reply_to=reply_to,
         context_id=context_id,
+    )
+
+
+# A shared voice store that failed is usually back within a second or two.
+RETRY_VOICE_STORE_MS = 1_000
+
+
+def voice_store_unavailable(
+    message: str, *, reply_to: str | None = None, context_id: str | None = None
+) -> ErrorDetail:
+    """The shared voice store (docs/scaling.md) did not answer: retryable."""
+    return ErrorDetail(
+        type="server_error",
+        code=ErrorCode.VOICE_STORE_UNAVAILABLE,
+        message=message,
+        reply_to=reply_to,
+        context_id=context_id,
+        retryable=True,
+        retry_after_ms=RETRY_VOICE_STORE_MS,
     )
 
 

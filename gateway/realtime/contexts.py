@@ -25,6 +25,7 @@ from gateway.protocol import (
     SegmentStarted,
     TextFlushed,
     pack_audio_frame,
+    voice_store_unavailable,
 )
 from gateway.protocol.audio_delta import AudioDeltaWriter
 from gateway.realtime.context_stats import ENGINE_STAGES as ENGINE_STAGES
@@ -37,7 +38,7 @@ from gateway.realtime.outbound import (
     OutEvent,
 )
 from gateway.realtime.session import EndContext, Flush, OpenContext, Speak, error_event
-from gateway.voices import VoiceNotFoundError
+from gateway.voices import VoiceNotFoundError, VoiceStoreError
 from realtime_engine.audio.encoder import AudioEncoder, EncodedFrame
 from realtime_engine.engines.base import (
     ChunkingParams,
@@ -211,6 +212,8 @@ class ContextWorker:
                 message=str(exc),
                 param="session.voice",
             )
+        elif isinstance(exc, VoiceStoreError):
+            detail = voice_store_unavailable(str(exc))
         elif isinstance(exc, UnsupportedVoiceError):
             detail = ErrorDetail(
                 type="invalid_request_error", code=ErrorCode.VOICE_UNSUPPORTED, message=str(exc)

@@ -23,6 +23,7 @@ from gateway.protocol import (
     ErrorDetail,
     SessionConfig,
     VoiceCreated,
+    voice_store_unavailable,
 )
 from gateway.realtime.contexts import ContextWorker
 from gateway.realtime.outbound import Outbound, OutCancelled, OutClose, OutEvent, Outgoing
@@ -40,8 +41,10 @@ from gateway.realtime.session import (
     Session,
     Speak,
     error_event,
+    requested_voice,
 )
 from gateway.state import GatewayState
+from gateway.voice_backends import VoiceStoreError
 from realtime_engine.engines.base import UnsupportedVoiceError
 
 SegmenterFactory = Callable[[SessionConfig], Segmenter]
@@ -145,6 +148,8 @@ class SessionPipeline:
         self.last_message_at = now
         # New contexts are refused while draining or after the engine died.
         self.session.refusal = refusal(self.state)
+        if (voice_id := requested_voice(data, self.state.settings.limits)) is not None:
+            await self._refresh_voice(voice_id)
         await self._execute(self.session.receive_text(data, now))
         self._wake.set()
 
@@ -238,6 +243,13 @@ class SessionPipeline:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    async def _refresh_voice(self, voice_id: str) -> None:
+        """Look the voice up in the store first: it may have been made on another replica."""
+        try:
+            await self.state.voices.refresh(voice_id, self.key_id)
+        except VoiceStoreError as e:
+            log.warning("voice lookup failed; using what this replica last saw: %s", e)
+
     async def _create_voice(self, action: CreateVoice) -> None:
         try:
             created = await self.state.voices.create(
@@ -245,6 +257,9 @@ class SessionPipeline:
             )
         except UnsupportedVoiceError as e:
             await self._send_error(ErrorCode.VOICE_UNSUPPORTED, str(e), action.reply_to)
+        except VoiceStoreError as e:
+            detail = voice_store_unavailable(str(e), reply_to=action.reply_to)
+            await self.outbound.put(OutEvent(error_event(detail)))
         except ValueError as e:
             param = getattr(e, "param", None)
             await self._send_error(ErrorCode.VOICE_INVALID, str(e), action.reply_to, param=param)

@@ -82,6 +82,21 @@ def error_event(detail: ErrorDetail) -> ErrorEvent:
     return ErrorEvent(reply_to=detail.reply_to, error=detail)
 
 
+
+def requested_voice(data: str, limits: Limits) -> str | None:
+    """The voice a ``session.update`` asks for, read ahead of the session so the
+    pipeline can look it up in a shared voice store first; None for anything else."""
+    if '"session.update"' not in data or len(data) > limits.max_message_bytes:
+        return None
+    try:
+        event = parse_client_event(data)
+    except ProtocolError:
+        return None  # the session answers it
+    if not isinstance(event, SessionUpdate):
+        return None
+    voice = event.session.get("voice")
+    return voice if isinstance(voice, str) else None
+
 class Session:
     def __init__(
         self,

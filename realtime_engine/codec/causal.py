@@ -31,7 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from realtime_engine.codec.dac import DacDecoder, DecoderBlock, ResidualUnit
+from realtime_engine.codec.dac import DacDecoder, DecoderBlock, ResidualUnit, Snake1d
+from realtime_engine.codec.fused import fused_snake
 
 State = list[torch.Tensor]  # one [B, C, L] tensor per cached buffer, in layer order
 
@@ -61,10 +62,12 @@ def _conv_delay(conv: nn.Conv1d) -> int:
 
 
 class CausalDac:
-    """Streaming view of a :class:`DacDecoder` (shares its parameters)."""
+    """Streaming view of a :class:`DacDecoder` (shares its parameters).
+    ``fused``: the activations run as one compiled kernel each (CUDA)."""
 
-    def __init__(self, dac: DacDecoder) -> None:
+    def __init__(self, dac: DacDecoder, fused: bool = False) -> None:
         self.dac = dac
+        self.fused = fused
         specs: list[BufferSpec] = []
         # per layer output, in order: (stride, lead) of an upsampling layer
         # or (1, -reach) of a conv, for cutting the tail short (see tail()).
@@ -106,6 +109,9 @@ class CausalDac:
             full = full * stride + lead if stride > 1 else full - lead
             lengths.append(max(0, full - short))
         return lengths
+
+    def activation(self, snake: Snake1d, x: torch.Tensor) -> torch.Tensor:
+        return fused_snake(x, snake.alpha) if self.fused else snake(x)
 
     def zero_state(self, batch: int, device: torch.device, dtype: torch.dtype) -> State:
         return [
@@ -178,10 +184,10 @@ class _Pass:
         dac = self.net.dac
         x = self._conv(dac.conv1, x)
         for block in _blocks(dac):
-            x = self._conv_t(block.conv_t1, block.snake1(x))
+            x = self._conv_t(block.conv_t1, self.net.activation(block.snake1, x))
             for unit in _units(block):
                 x = self._residual(unit, x)
-        x = self._conv(dac.conv2, dac.snake1(x))
+        x = self._conv(dac.conv2, self.net.activation(dac.snake1, x))
         return x[:, 0].to(self.old[0].dtype), self.new
 
     def _mask(self, x: torch.Tensor) -> torch.Tensor:
@@ -222,7 +228,8 @@ class _Pass:
         return self._mask(out)
 
     def _residual(self, unit: ResidualUnit, x: torch.Tensor) -> torch.Tensor:
-        branch = unit.conv2(unit.snake2(self._conv_unmasked(unit.conv1, unit.snake1(x))))
+        act = self.net.activation
+        branch = unit.conv2(act(unit.snake2, self._conv_unmasked(unit.conv1, act(unit.snake1, x))))
         cache = self._cached()  # the skip path's last ``lag`` inputs
         lag, n = cache.shape[-1], x.shape[-1]
         x = x.to(cache.dtype)

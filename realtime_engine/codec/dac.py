@@ -13,6 +13,7 @@ import math
 import torch
 from torch import nn
 
+from realtime_engine.codec.fused import snake
 from realtime_engine.codec.layout import CodecDims
 
 
@@ -24,7 +25,7 @@ class Snake1d(nn.Module):
         self.alpha = nn.Parameter(torch.ones(1, channels, 1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + torch.sin(self.alpha * x).pow(2) * torch.reciprocal(self.alpha + 1e-9)
+        return snake(x, self.alpha)
 
 
 class ResidualUnit(nn.Module):

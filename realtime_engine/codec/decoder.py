@@ -28,11 +28,9 @@ from realtime_engine.errors import (
     ShapeMismatchError,
     UnexpectedKeyError,
 )
+from realtime_engine.format import CODEC_PRECISIONS as CODEC_PRECISIONS
 
 NUM_QUANTIZERS = 8
-# fp32: IEEE convolutions, chunked output equals whole decoding (the default);
-# tf32 / bf16: faster on CUDA at ~1e-3 rounding (throughput over exactness).
-CODEC_PRECISIONS = ("fp32", "tf32", "bf16")
 
 
 class CodecDecoder(nn.Module):

@@ -35,6 +35,7 @@ class EncoderDims(Protocol):
     @property
     def hubert_intermediate(self) -> int: ...
 
+
 # HuBERT-base feature extractor: (kernel, stride) per conv layer; 320x in total.
 HUBERT_CONV_LAYERS: tuple[tuple[int, int], ...] = (
     (10, 5),

@@ -28,8 +28,14 @@ import math
 
 from realtime_engine.codec.errors import InvalidChunkingError
 from realtime_engine.format import DEFAULT_PRESET as DEFAULT_PRESET
+from realtime_engine.format import (
+    MAX_CHUNK_FRAMES,
+    MAX_FIRST_CHUNK_FRAMES,
+    MAX_HOLDBACK_FRAMES,
+    ChunkingParams,
+    rows_for_frames,
+)
 from realtime_engine.format import PRESETS as PRESETS
-from realtime_engine.format import ChunkingParams, rows_for_frames
 
 # The codec's receptive field, in frames on each side.
 RECEPTIVE_FIELD_FRAMES = 10
@@ -42,6 +48,15 @@ def validate_chunking(params: ChunkingParams) -> ChunkingParams:
         )
     if params.left_context_frames < 0 or params.right_holdback_frames < 0:
         raise InvalidChunkingError(f"context and holdback must be >= 0; got {params}")
+    if (
+        params.first_chunk_frames > MAX_FIRST_CHUNK_FRAMES
+        or params.chunk_frames > MAX_CHUNK_FRAMES
+        or params.right_holdback_frames > MAX_HOLDBACK_FRAMES
+    ):
+        raise InvalidChunkingError(
+            f"at most {MAX_FIRST_CHUNK_FRAMES} first-chunk frames, {MAX_CHUNK_FRAMES} chunk "
+            f"frames and {MAX_HOLDBACK_FRAMES} holdback frames; got {params}"
+        )
     growth = params.chunk_growth
     if growth is not None and not (math.isfinite(growth) and growth >= 1.0):
         raise InvalidChunkingError(

@@ -47,7 +47,12 @@ class StreamingCodec:
     """Streaming decode of up to ``max_slots`` independent code streams."""
 
     def __init__(
-        self, codec: CodecDecoder, max_slots: int, device: str | torch.device | None = None
+        self,
+        codec: CodecDecoder,
+        max_slots: int,
+        device: str | torch.device | None = None,
+        *,
+        fused: bool = False,
     ) -> None:
         if max_slots < 1:
             raise ValueError(f"max_slots must be >= 1; got {max_slots}")
@@ -55,7 +60,8 @@ class StreamingCodec:
             codec = codec.to(device)
         self.codec = codec.eval()
         self.device = codec.device
-        self.layers = CausalDac(codec.acoustic_decoder)
+        # fused activations: one compiled kernel each (CUDA; compiles on first use)
+        self.layers = CausalDac(codec.acoustic_decoder, fused=fused)
         self.max_slots = max_slots
         self.hop = codec.hop
         self.num_quantizers = codec.dims.num_quantizers

@@ -29,6 +29,7 @@ from realtime_engine.engines.base import (
 )
 from realtime_engine.engines.higgs_voices import ReferenceEncoder
 from realtime_engine.format import (
+    DEFAULT_CODEC_PRECISION,
     DELAY_ROWS,
     NUM_CODEBOOKS,
     SAMPLE_RATE,
@@ -142,7 +143,7 @@ class HiggsEngine:
         dtype: torch.dtype | None = None,
         chunking: ChunkingParams | None = None,
         talker: TalkerOptions | None = None,
-        codec_precision: str = "fp32",
+        codec_precision: str = DEFAULT_CODEC_PRECISION,
         codec_batch: int = 64,
     ) -> HiggsEngine:
         """Load ``model`` (``tiny``, a directory or a cached HF id).

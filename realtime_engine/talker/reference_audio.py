@@ -1,8 +1,10 @@
 """The reference runner's codec side: rows stay on the runner's device, PCM comes out.
 
 Runs on the runner's thread, in its CUDA context: every step's rows are
-written into a per-slot device table, and :class:`SlotCodec` decodes the
-chunks that became due, batched over the requests that have one.
+written into a per-slot device table, :class:`SlotCodec` steps the frames
+they complete through the streaming codec, batched over the slots, and cuts
+the chunks that became due (no CUDA graphs here: the runner is the
+reference, not the fast path).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ class ReferenceAudio:
     def __init__(
         self, codec: CodecDecoder, slots: int, device: torch.device, *, max_batch: int = 64
     ) -> None:
-        self.codec = SlotCodec(codec, max_batch=max_batch)
+        self.codec = SlotCodec(codec, slots=slots, max_batch=max_batch)
         self.device = device
         self._table = torch.zeros(
             slots, _INITIAL_ROWS, NUM_CODEBOOKS, dtype=torch.int16, device=device
@@ -94,17 +96,25 @@ class ReferenceAudio:
 
     def decode_due(self) -> tuple[list[tuple[str, PcmChunk]], list[tuple[str, Exception]]]:
         """Chunks now due, per request key, in order; and the keys whose decode failed."""
-        plans = self.codec.due()
         chunks: list[tuple[str, PcmChunk]] = []
         failed: list[tuple[str, Exception]] = []
+        try:
+            self.codec.feed(self._table)
+        except Exception as e:  # a codec failure fails its requests, not the talker
+            failed.extend((key, e) for key in self.codec.active())
+            for key in self.codec.active():
+                self.codec.detach(key)
+            return chunks, failed
+        plans = self.codec.due()
         hop = self.codec.hop
-        for batch in self.codec.gather(plans, self._table):
+        for batch in self.codec.batches(plans):
             try:
-                pcm = self.codec.decode(batch).cpu().numpy()
-            except Exception as e:  # a codec failure fails its requests, not the talker
-                failed.extend((plan.key, e) for plan in batch.plans)
+                with self.codec.on_codec_stream():
+                    pcm = self.codec.decode(batch).cpu().numpy()
+            except Exception as e:
+                failed.extend((plan.key, e) for plan in batch)
                 continue
-            for i, plan in enumerate(batch.plans):
+            for i, plan in enumerate(batch):
                 pcm_i = pcm[i, : plan.emit * hop].copy()
                 rows = self._rows_of(plan.key, plan.final)
                 chunks.append((plan.key, PcmChunk(plan.first_frame, pcm_i, plan.final, rows)))

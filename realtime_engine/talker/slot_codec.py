@@ -2,42 +2,36 @@
 
 The talker writes each request's delay-patterned rows into a device table
 ``[slots, positions, 8]`` (row ``r`` of a request at position ``base + r``).
-:class:`SlotCodec` decides on the host, from row counts alone, which requests
-have a chunk due (the chunk schedule of each request's
-:class:`~realtime_engine.engines.base.ChunkingParams`, as in
-:class:`~realtime_engine.codec.streaming.StreamingDecoder`), then gathers the
-windows straight from the table and decodes them batched, on the device:
-no code row reaches the host, and nothing here reads a device value back.
+:class:`SlotCodec` keeps each request's progress on the host, from row
+counts alone, and drives the streaming codec of
+:class:`~realtime_engine.talker.codec_slots.CodecSlots`:
 
-Window policy (the streaming decoder's): a chunk emits frames
-``[emitted, target)`` from the window ``[emitted - L, target + H)``, clipped to
-the frames that exist; ``H = 0`` for the final chunk. Raw frame ``t``,
-codebook ``c`` sits in row ``t + c``. Windows whose chunk starts at least the
-codec's receptive field into them are left-padded to one width (the padding
-only reaches frames that are trimmed away); windows at an utterance's start
-are batched with windows of their own width. Every batch is a fixed shape
-``(n, width, emitted samples)``, which is what a CUDA graph per bucket needs.
+- :meth:`SlotCodec.feed`: every frame completed since the last call (frame
+  ``t`` is complete once row ``t + 7`` is written) is stepped through the
+  codec, one frame per slot per call, batched over the slots; each sample is
+  computed once, with all of the utterance's left context.
+- :meth:`SlotCodec.due` plans the chunks now due (the chunk schedule of each
+  request's :class:`~realtime_engine.format.ChunkingParams`, as in
+  :class:`~realtime_engine.codec.streaming.StreamingDecoder`).
+- :meth:`SlotCodec.decode` cuts them out of the committed samples, completing
+  a chunk's right edge speculatively where its holdback is under the codec's
+  receptive field, and at the end of an utterance.
 
-This is the one place that knows how decoding is done: a stateful streaming
-codec can replace :meth:`SlotCodec.decode` and the window planning without
-the talkers noticing.
+No code row reaches the host, and nothing here reads a device value back.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 import torch
 
 from realtime_engine.codec.decoder import CodecDecoder
-from realtime_engine.codec.presets import (
-    RECEPTIVE_FIELD_FRAMES,
-    next_chunk_frames,
-    validate_chunking,
-)
+from realtime_engine.codec.presets import next_chunk_frames, validate_chunking
 from realtime_engine.format import DELAY_ROWS, ChunkingParams
-
-CODEBOOK_SIZE = 1024
+from realtime_engine.talker.codec_slots import CodecSlots
 
 
 @dataclass
@@ -52,6 +46,8 @@ class SlotStream:
     final: bool = False  # no rows follow
     emitted: int = 0  # frames already planned into chunks
     ended: bool = False  # the final chunk is planned
+    fed: int = 0  # frames stepped through the codec
+    replay: bool = False  # the codec state must be rebuilt (back in a slot after preemption)
     stamps: dict[str, float] = field(default_factory=dict)
     # Rows at which the next chunk is due (kept so that a step with nothing due
     # costs a comparison per request, not a plan).
@@ -65,51 +61,45 @@ class SlotStream:
         need = next_chunk_frames(p, self.emitted)
         return self.emitted + need + p.right_holdback_frames + DELAY_ROWS
 
+    @property
+    def available(self) -> int:
+        """Complete frames in the table."""
+        return max(0, self.rows - DELAY_ROWS)
+
 
 @dataclass(frozen=True)
 class ChunkPlan:
-    """One chunk: decode frames ``[start, start + width)``, keep ``emit`` after ``trim``."""
+    """One chunk: frames ``[first_frame, first_frame + emit)`` of request ``key``,
+    planned after ``fed`` of its frames went through the codec."""
 
     key: str
     slot: int
-    base: int
-    start: int
-    trim: int
+    first_frame: int
     emit: int
     final: bool
-    holdback: int = 0  # frames decoded after the chunk as its right context
-
-    @property
-    def width(self) -> int:
-        return self.trim + self.emit + self.holdback
-
-    @property
-    def first_frame(self) -> int:
-        """The raw frame the chunk's audio starts at."""
-        return self.start + self.trim
-
-
-@dataclass(frozen=True)
-class CodecBatch:
-    """Plans gathered into one fixed-shape codec input (device tensors)."""
-
-    plans: list[ChunkPlan]
-    codes: torch.Tensor  # [n, Q, width] int64
-    offsets: torch.Tensor  # [n] first kept sample of each window
-    emit_samples: int  # samples kept per window (the longest chunk of the batch)
+    fed: int
 
 
 class SlotCodec:
-    """Per-request streaming state and batched decoding from the talker's row table."""
+    """Per-request streaming state over :class:`CodecSlots` and the talker's row table.
 
-    def __init__(self, codec: CodecDecoder, *, max_batch: int = 64) -> None:
-        self.codec = codec
+    ``slots`` is the number of talker slots; ``max_batch`` bounds the chunks cut
+    in one call; ``graphs`` captures the codec step per batch bucket (CUDA)."""
+
+    def __init__(
+        self, codec: CodecDecoder, *, slots: int, max_batch: int = 64, graphs: bool = False
+    ) -> None:
+        self.device_codec = CodecSlots(codec, slots, graphs=graphs)
         self.max_batch = max(1, max_batch)
-        self.hop = codec.hop
-        self.num_codebooks = codec.dims.num_quantizers
-        self.device = codec.fc2.weight.device
+        self.hop = self.device_codec.hop
+        self.num_codebooks = self.device_codec.num_codebooks
+        self.device = self.device_codec.device
         self._streams: dict[str, SlotStream] = {}
         self._ready: set[str] = set()  # streams that may have a chunk due
+        self._feeding: set[str] = set()  # streams that may have frames to step
+
+    def warm_up(self) -> None:
+        self.device_codec.warm_up()
 
     # -- per-request state -------------------------------------------------------
 
@@ -117,22 +107,31 @@ class SlotCodec:
         """Start decoding request ``key`` (fresh state; any old state of ``key`` goes)."""
         stream = SlotStream(key, slot, base, validate_chunking(chunking))
         self._streams[key] = stream
+        self.device_codec.reset(slot)
         return stream
 
     def get(self, key: str) -> SlotStream | None:
         return self._streams.get(key)
+
+    def active(self) -> list[str]:
+        """Keys of the attached streams."""
+        return list(self._streams)
 
     def detach(self, key: str) -> SlotStream | None:
         """Forget ``key`` (finished, aborted, or preempted: the caller may keep the
         state and :meth:`attach` it again); its state, or None once it has ended."""
         stream = self._streams.pop(key, None)
         self._ready.discard(key)
+        self._feeding.discard(key)
         return None if stream is None or stream.ended else stream
 
     def attach(self, stream: SlotStream, slot: int) -> None:
-        """Resume a detached stream, possibly in another slot."""
+        """Resume a detached stream, possibly in another slot, with its rows restored
+        at the same table positions there (its codec state is rebuilt from them)."""
         stream.slot = slot
+        stream.replay = True
         self._streams[stream.key] = stream
+        self._feeding.add(stream.key)
         if stream.final or stream.rows >= stream.next_rows:
             self._ready.add(stream.key)
 
@@ -143,18 +142,44 @@ class SlotCodec:
             return
         if rows > stream.rows:
             stream.rows = rows
+            self._feeding.add(key)
         if final:
             stream.final = True
         if stream.final or stream.rows >= stream.next_rows:
             self._ready.add(key)
 
+    # -- the codec steps -----------------------------------------------------------
+
+    def feed(self, table: torch.Tensor) -> None:
+        """Step every complete frame not stepped yet through the codec (``table``:
+        ``[slots, positions, Q]``, read on the current stream)."""
+        work = []
+        for key in sorted(self._feeding):  # sorted: the same batches every time
+            stream = self._streams[key]
+            if stream.replay:
+                self._replay(stream, table)
+            if stream.available > stream.fed:
+                work.append(stream)
+        self._feeding.clear()
+        while work:
+            self.device_codec.step([s.slot for s in work], [s.base + s.fed for s in work], table)
+            for s in work:
+                s.fed += 1
+            work = [s for s in work if s.available > s.fed]
+
+    def _replay(self, stream: SlotStream, table: torch.Tensor) -> None:
+        stream.replay = False
+        self.device_codec.replay(
+            stream.slot, table, stream.base, stream.fed, stream.emitted * self.hop
+        )
+
     # -- planning ----------------------------------------------------------------
 
     def due(self) -> list[ChunkPlan]:
         """Every chunk now due, at most one per request; a final chunk may be empty
-        (it only tells the consumer that the audio ended)."""
+        (it only tells the consumer that the audio ended). Call after :meth:`feed`."""
         plans = []
-        for key in sorted(self._ready):  # sorted: the same batches every time
+        for key in sorted(self._ready):
             stream = self._streams[key]
             plan = self._plan(stream)
             if plan is not None:
@@ -167,7 +192,7 @@ class SlotCodec:
         if s.ended:
             return None
         p = s.chunking
-        available = max(0, s.rows - DELAY_ROWS)
+        available = min(s.available, s.fed)
         holdback = 0 if s.final else p.right_holdback_frames
         target = available - holdback
         pending = target - s.emitted
@@ -175,64 +200,41 @@ class SlotCodec:
             return None
         if s.final:
             s.ended = True
-            if pending <= 0:
-                return ChunkPlan(s.key, s.slot, s.base, s.emitted, 0, 0, True)
-        start = max(0, s.emitted - p.left_context_frames)
-        plan = ChunkPlan(
-            s.key, s.slot, s.base, start, s.emitted - start, pending, s.final, holdback
-        )
-        s.emitted = target
+            pending = max(pending, 0)
+        plan = ChunkPlan(s.key, s.slot, s.emitted, pending, s.final, s.fed)
+        s.emitted += pending
         return plan
 
     # -- decoding ------------------------------------------------------------------
 
-    def gather(self, plans: list[ChunkPlan], table: torch.Tensor) -> list[CodecBatch]:
-        """Group ``plans`` into batches and gather their codes from ``table``
-        (``[slots, positions, Q]``). Reads the table on the current stream, so
-        a later write to it (a slot's next request) cannot race the decode."""
-        work = [p for p in plans if p.emit > 0]
-        groups: dict[object, list[ChunkPlan]] = {}
-        for plan in work:
-            # Windows with enough left context share one padded width.
-            key = "padded" if plan.trim >= RECEPTIVE_FIELD_FRAMES else plan.width
-            groups.setdefault(key, []).append(plan)
-        batches = []
-        for group in groups.values():
-            for lo in range(0, len(group), self.max_batch):
-                batches.append(self._gather(group[lo : lo + self.max_batch], table))
-        return batches
+    def batches(self, plans: Sequence[ChunkPlan]) -> list[list[ChunkPlan]]:
+        """The plans with audio, grouped for :meth:`decode`: by how far past the
+        committed samples they reach (one speculative tail length per group)."""
+        groups: dict[int, list[ChunkPlan]] = {}
+        for plan in plans:
+            if plan.emit > 0:
+                groups.setdefault(self._edge(plan), []).append(plan)
+        return [
+            group[lo : lo + self.max_batch]
+            for _, group in sorted(groups.items())
+            for lo in range(0, len(group), self.max_batch)
+        ]
 
-    def _gather(self, plans: list[ChunkPlan], table: torch.Tensor) -> CodecBatch:
-        width = max(p.width for p in plans)
-        emit = max(p.emit for p in plans)
-        pads = [width - p.width for p in plans]
-        host = torch.tensor(
-            [
+    def _edge(self, plan: ChunkPlan) -> int:
+        end = (plan.first_frame + plan.emit) * self.hop
+        return max(0, end - (plan.fed * self.hop - self.device_codec.delay))
+
+    def decode(self, plans: Sequence[ChunkPlan]) -> torch.Tensor:
+        """PCM ``[n, samples]`` float32 on the codec's device for one batch of
+        :meth:`batches`; row ``i`` holds ``plans[i].emit * hop`` valid samples.
+        Enqueued on the codec stream; use it there (:meth:`on_codec_stream`)."""
+        with self.device_codec.on_codec_stream():
+            return self.device_codec.chunks(
                 [p.slot for p in plans],
-                [p.base + p.start - pad for p, pad in zip(plans, pads, strict=True)],
-                pads,
-                [(pad + p.trim) * self.hop for p, pad in zip(plans, pads, strict=True)],
-            ],
-            dtype=torch.int64,
-        )
-        if table.device.type == "cuda":
-            host = host.pin_memory()
-        meta = host.to(table.device, non_blocking=True)
-        slot, first, pad, offsets = meta[0], meta[1], meta[2], meta[3]
-        t = torch.arange(width, device=table.device)
-        c = torch.arange(self.num_codebooks, device=table.device)
-        # frame t, codebook c of a window is row (first + t) + c of its slot
-        pos = (first[:, None, None] + t[None, :, None] + c[None, None, :]).clamp(
-            0, table.shape[1] - 1
-        )
-        codes = table[slot[:, None, None], pos, c[None, None, :]].long()
-        real = (t[None, :] >= pad[:, None])[:, :, None] & (codes < CODEBOOK_SIZE) & (codes >= 0)
-        codes = torch.where(real, codes, 0).transpose(1, 2).contiguous()
-        return CodecBatch(plans, codes.to(self.device), offsets.to(self.device), emit * self.hop)
+                [p.first_frame * self.hop for p in plans],
+                [(p.first_frame + p.emit) * self.hop for p in plans],
+                [p.fed for p in plans],
+            )
 
-    def decode(self, batch: CodecBatch) -> torch.Tensor:
-        """PCM ``[n, emit_samples]`` float32 on the codec's device; row ``i`` holds
-        ``plans[i].emit * hop`` valid samples (the rest is padding)."""
-        pcm = self.codec.decode_valid(batch.codes)[:, 0]
-        index = batch.offsets[:, None] + torch.arange(batch.emit_samples, device=pcm.device)
-        return torch.gather(pcm, 1, index.clamp(max=pcm.shape[1] - 1))
+    def on_codec_stream(self) -> AbstractContextManager[None]:
+        return self.device_codec.on_codec_stream()

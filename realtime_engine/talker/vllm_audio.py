@@ -5,9 +5,10 @@ the step's status (per batch row: valid, done, row index; 24 bytes) into
 pinned host memory with a non-blocking copy and an event. At every later
 step, the statuses whose event has completed (``query``, never a wait) tell
 :class:`~realtime_engine.talker.slot_codec.SlotCodec` how many rows each
-request has in the slot table; the chunks that became due are gathered from
-the table on the current stream and decoded batched on a codec stream (on
-CUDA), which overlaps the next forward pass. Each batch of PCM is copied to
+request has in the slot table; the frames they complete are stepped through
+the streaming codec (one captured graph per batch bucket, on a codec stream
+that overlaps the next forward pass), and the chunks that became due are
+cut from the committed samples. Each batch of PCM is copied to
 pinned memory, an event is recorded, and a sender thread waits for the event
 and pushes the chunks (the pattern of :mod:`.vllm_publish`). On CPU all of
 this happens inline.
@@ -29,7 +30,7 @@ import numpy as np
 import torch
 
 from realtime_engine.codec.decoder import CodecDecoder
-from realtime_engine.talker.slot_codec import ChunkPlan, CodecBatch, SlotCodec, SlotStream
+from realtime_engine.talker.slot_codec import ChunkPlan, SlotCodec, SlotStream
 from realtime_engine.talker.types import MAX_RETURNED_ROWS, NUM_CODEBOOKS
 from realtime_engine.talker.vllm_protocol import PcmHeader, TalkerArgs
 from realtime_engine.talker.vllm_rows import RowPusher
@@ -37,9 +38,6 @@ from realtime_engine.talker.vllm_rows import RowPusher
 logger = logging.getLogger(__name__)
 
 _QUEUE_BATCHES = 256
-# Window of the start-up profiling decode: longer than any preset's steady
-# window (context + chunk + holdback: 47 frames for ``exact``).
-PROFILE_WINDOW_FRAMES = 64
 
 
 @dataclass
@@ -71,9 +69,15 @@ class VllmAudio:
     """Per-request audio state of the worker, over the talker's slot table."""
 
     def __init__(
-        self, codec: CodecDecoder, table: torch.Tensor, *, max_batch: int = 64, keep: int = 128
+        self,
+        codec: CodecDecoder,
+        table: torch.Tensor,
+        *,
+        max_batch: int = 64,
+        keep: int = 128,
+        graphs: bool = False,
     ) -> None:
-        self.codec = SlotCodec(codec, max_batch=max_batch)
+        self.codec = SlotCodec(codec, slots=table.shape[0], max_batch=max_batch, graphs=graphs)
         # Streams of requests vLLM removed unfinished (preempted or aborted).
         self._detached: OrderedDict[str, SlotStream] = OrderedDict()
         self._keep = keep
@@ -84,22 +88,14 @@ class VllmAudio:
         self._args: dict[str, TalkerArgs] = {}
         self._pusher = RowPusher()
         self._outgoing: queue.Queue[_Outgoing] = queue.Queue(maxsize=_QUEUE_BATCHES)
-        self._stream = torch.cuda.Stream(self.device) if self._cuda else None
         if self._cuda:
             threading.Thread(target=self._drain, name="talker-audio-sender", daemon=True).start()
 
-    def warm_up(self, width: int = PROFILE_WINDOW_FRAMES) -> None:
-        """One decode of the largest batch, on CUDA: called at vLLM's start-up
-        profiling run, so the KV cache is sized with the codec's activations
-        accounted for, and the codec's kernels are loaded before any request."""
-        if not self._cuda:
-            return
-        n = self.codec.max_batch
-        codes = torch.zeros(
-            n, self.codec.num_codebooks, width, dtype=torch.int64, device=self.device
-        )
-        offsets = torch.zeros(n, dtype=torch.int64, device=self.device)
-        self.codec.decode(CodecBatch([], codes, offsets, width * self.codec.hop))
+    def warm_up(self) -> None:
+        """Capture the codec step (CUDA): called at vLLM's start-up profiling run,
+        so the KV cache is sized with the codec's memory accounted for, and the
+        codec's kernels are loaded before any request."""
+        self.codec.warm_up()
 
     # -- request lifecycle ------------------------------------------------------
 
@@ -194,44 +190,31 @@ class VllmAudio:
                     self.codec.advance(key, index + 1, bool(done))
 
     def _decode_due(self) -> None:
-        plans = self.codec.due()
-        if not plans:
-            return
         try:
-            batches = self.codec.gather(plans, self.table)
-        except Exception as e:
-            self._fail_plans(plans, e)
+            self.codec.feed(self.table)
+        except Exception as e:  # a codec failure fails its requests, not the engine
+            self._fail_keys(self.codec.active(), e)
             return
-        ready = None
-        if self._stream is not None:
-            ready = torch.cuda.Event()
-            ready.record()
-        for batch in batches:
+        plans = self.codec.due()
+        for batch in self.codec.batches(plans):
             try:
-                self._decode(batch.plans, batch, ready)
+                self._decode(batch)
             except Exception as e:
-                self._fail_plans(batch.plans, e)
+                self._fail_plans(batch, e)
         for plan in plans:
             if plan.emit == 0:  # nothing to decode: only the end of the audio
                 self._queue([plan], None, None)
 
-    def _decode(
-        self, plans: list[ChunkPlan], batch: CodecBatch, ready: torch.cuda.Event | None
-    ) -> None:
-        if self._stream is None:
-            self._queue(plans, None, self.codec.decode(batch))
+    def _decode(self, plans: list[ChunkPlan]) -> None:
+        if not self._cuda:
+            self._queue(plans, None, self.codec.decode(plans))
             return
-        with torch.cuda.stream(self._stream):
-            assert ready is not None
-            self._stream.wait_event(ready)
-            # Made on the main stream, read here: keep them until this stream is done.
-            batch.codes.record_stream(self._stream)
-            batch.offsets.record_stream(self._stream)
-            pcm = self.codec.decode(batch)
+        with self.codec.on_codec_stream():
+            pcm = self.codec.decode(plans)
             host = torch.empty(pcm.shape, dtype=torch.float32, pin_memory=True)
             host.copy_(pcm, non_blocking=True)
             done = torch.cuda.Event()
-            done.record(self._stream)
+            done.record()
         self._queue(plans, done, host)
 
     def _queue(
@@ -267,10 +250,13 @@ class VllmAudio:
         return host
 
     def _fail_plans(self, plans: list[ChunkPlan], error: Exception) -> None:
+        self._fail_keys([plan.key for plan in plans], error)
+
+    def _fail_keys(self, keys: list[str], error: Exception) -> None:
         logger.exception("codec decode failed", exc_info=error)
-        for plan in plans:
-            args = self._args.get(plan.key)
-            self.codec.detach(plan.key)
+        for key in keys:
+            args = self._args.get(key)
+            self.codec.detach(key)
             if args is not None:
                 self.fail(args, f"codec decode failed: {error}")
 

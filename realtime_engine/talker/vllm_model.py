@@ -29,6 +29,7 @@ from vllm.config import VllmConfig
 from vllm.model_executor.models.qwen3 import Qwen3Model
 
 from realtime_engine.codec.layout import CODEC_PREFIX
+from realtime_engine.format import DEFAULT_CODEC_PRECISION
 from realtime_engine.model.audio_head import audio_logits, fused_audio_embedding
 from realtime_engine.model.checkpoint import (
     AUDIO_EMBEDDING_KEY,
@@ -165,6 +166,6 @@ class HiggsMultimodalQwen3ForConditionalGeneration(nn.Module):
             codec = load_codec_decoder(state, device=self.audio_embedding.device)
         finally:
             torch.set_default_dtype(default)
-        codec.set_precision(str(self.codec_options.get("precision", "fp32")))
+        codec.set_precision(str(self.codec_options.get("precision", DEFAULT_CODEC_PRECISION)))
         # Not a submodule: vLLM must not cast, shard or compile the codec.
         object.__setattr__(self, "codec", codec)

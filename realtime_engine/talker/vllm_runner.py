@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from realtime_engine.codec.streaming import HOP
-from realtime_engine.format import ChunkingParams
+from realtime_engine.format import DEFAULT_CODEC_PRECISION, ChunkingParams
 from realtime_engine.model.tokenizer import HiggsTokenizer, SpecialIds
 from realtime_engine.talker.rank_stats import RankReport, RankStats
 from realtime_engine.talker.termination import eoc_bounds
@@ -104,7 +104,7 @@ class VllmTalkerRunner:
         dtype: str = "auto",
         enforce_eager: bool = False,
         gpu_memory_utilization: float = 0.85,
-        codec_precision: str = "fp32",
+        codec_precision: str = DEFAULT_CODEC_PRECISION,
         codec_batch: int = 64,
         **engine_kwargs: Any,
     ) -> VllmTalkerRunner:

@@ -79,12 +79,14 @@ class HiggsModelState(DefaultModelState):
         self.publisher = RowPublisher(device, enabled=first_rank)
         codec = getattr(model, "codec", None)
         # Only the first tensor-parallel rank decodes and sends audio.
+        use_graphs = graphs_wanted(device, bool(vllm_config.model_config.enforce_eager))
         self.audio = (
             VllmAudio(
                 codec,
                 self.slots.codes_by_pos,
                 max_batch=int(cast(Any, model).codec_options.get("max_batch", 64)),
                 keep=2 * self.max_num_reqs,
+                graphs=use_graphs,
             )
             if codec is not None and first_rank
             else None
@@ -98,7 +100,7 @@ class HiggsModelState(DefaultModelState):
                 pad_slot=self.slots.trash_slot,
                 device=device,
             )
-            if graphs_wanted(device, bool(vllm_config.model_config.enforce_eager))
+            if use_graphs
             else None
         )
         self._saved: OrderedDict[str, SavedSlot] = OrderedDict()

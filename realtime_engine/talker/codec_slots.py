@@ -1,0 +1,249 @@
+"""The streaming codec on the talker's device: one codec slot per talker slot.
+
+:class:`CodecSlots` owns a :class:`~realtime_engine.codec.stream_core.StreamingCodec`
+with one slot per talker slot (plus a trash slot that padded batch rows
+address), and a PCM ring per slot that holds the committed samples a chunk
+has not taken yet. Each call of :meth:`step` feeds one frame to each of a
+set of slots: the frame's codes are gathered from the talker's row table on
+the current stream (ordered with the talker's writes to the table), the
+codec step runs on the codec stream (so it overlaps the talker's next
+forward pass) and writes its 960 committed samples into the ring. On CUDA
+the step is a captured graph per batch-size bucket: one launch, no host
+synchronisation. :meth:`chunks` cuts chunks out of the rings, completing a
+chunk's right edge with a speculative :meth:`StreamingCodec.peek` where the
+committed samples do not reach it yet (holdbacks under the receptive field,
+and the end of an utterance).
+
+Sample ``j`` of a stream (whole-utterance decode numbering) lives at ring
+position ``j mod ring_len``. After ``F`` frames a slot has committed samples
+``[0, 960 F - delay)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator, Sequence
+
+import torch
+
+from realtime_engine.codec.decoder import CodecDecoder
+from realtime_engine.codec.stream_core import StreamingCodec
+from realtime_engine.format import CODEBOOK_SIZE, MAX_CHUNK_FRAMES, MAX_HOLDBACK_FRAMES
+from realtime_engine.talker.vllm_sampler_graphs import bucket_sizes
+
+logger = logging.getLogger("vllm.plugins.higgs_talker.codec")
+
+# Committed samples a slot may hold before a chunk takes them: the longest
+# chunk plus the longest holdback, plus frames that arrive while a chunk is
+# planned (statuses reach the host a step or more late).
+RING_FRAMES = MAX_CHUNK_FRAMES + MAX_HOLDBACK_FRAMES + 32
+
+
+class CodecCaptureError(RuntimeError):
+    """Capturing the codec step as CUDA graphs failed: the engine must not start
+    (``enforce_eager`` runs the codec without graphs)."""
+
+
+class CodecSlots:
+    """Per-slot streaming codec state and PCM rings on the talker's device."""
+
+    def __init__(
+        self,
+        codec: CodecDecoder,
+        slots: int,
+        *,
+        graphs: bool = False,
+        fused: bool | None = None,
+        ring_frames: int = RING_FRAMES,
+    ) -> None:
+        # Fused activations by default on CUDA (the step is memory-bound there).
+        if fused is None:
+            fused = codec.device.type == "cuda"
+        self.stream_codec = StreamingCodec(codec, max_slots=slots + 1, fused=fused)
+        self.slots = slots
+        self.trash = slots  # never a talker slot: padded batch rows go here
+        self.device = self.stream_codec.device
+        self.hop = self.stream_codec.hop
+        self.delay = self.stream_codec.delay
+        self.num_codebooks = self.stream_codec.num_quantizers
+        self.ring_len = ring_frames * self.hop
+        self.ring = torch.zeros(slots + 1, self.ring_len, dtype=torch.float32, device=self.device)
+        self._cuda = self.device.type == "cuda"
+        self.stream = torch.cuda.Stream(self.device) if self._cuda else None
+        self._sizes = bucket_sizes(slots)
+        self._want_graphs = graphs and self._cuda
+        self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        # Static inputs of a step (what a graph reads).
+        self._slot_in = torch.full((slots,), self.trash, dtype=torch.int64, device=self.device)
+        self._codes_in = torch.zeros(
+            slots, self.num_codebooks, 1, dtype=torch.int64, device=self.device
+        )
+        self._books = torch.arange(self.num_codebooks, device=self.device)
+        self._hop_range = torch.arange(self.hop, device=self.device)
+        # The last step's inputs are read (codec stream) before the next write (current stream).
+        self._inputs_free: torch.cuda.Event | None = None
+
+    @contextlib.contextmanager
+    def on_codec_stream(self) -> Iterator[None]:
+        """Run the enclosed device work on the codec stream (inline on CPU)."""
+        if self.stream is None:
+            yield
+            return
+        with torch.cuda.stream(self.stream):
+            yield
+
+    # -- set-up ---------------------------------------------------------------------
+
+    def warm_up(self) -> None:
+        """Capture the step graphs (CUDA, when wanted) or run each bucket once: called
+        at the engine's start-up profiling run, so the memory is accounted for."""
+        if not self._cuda:
+            return
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            for size in self._sizes:  # every row is padding: only the trash slot changes
+                self._run(size)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        if not self._want_graphs:
+            return
+        try:
+            pool = torch.cuda.graph_pool_handle()
+            for size in reversed(self._sizes):  # largest first: the rest reuse its pool
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+                    self._run(size)
+                self._graphs[size] = graph
+        except RuntimeError as e:
+            self._graphs.clear()
+            raise CodecCaptureError(f"capturing the codec step as CUDA graphs failed: {e}") from e
+        logger.info("captured the codec step for batch sizes %s", self._sizes)
+
+    # -- per stream ------------------------------------------------------------------
+
+    def reset(self, slot: int) -> None:
+        """A new stream starts in ``slot`` (nothing of the previous one survives)."""
+        with self.on_codec_stream():
+            self.stream_codec.reset([slot])
+
+    def replay(
+        self, slot: int, table: torch.Tensor, first_row: int, frames: int, keep: int
+    ) -> None:
+        """Rebuild ``slot``'s state from the ``frames`` frames whose rows start at table
+        position ``first_row`` (a stream back from preemption, its rows restored
+        there): reset, one step over all the frames, and the ring refilled with the
+        committed samples from sample ``keep`` on (the ones no chunk took yet)."""
+        self.reset(slot)
+        if frames <= 0:
+            return
+        codes = self._gather(table, [slot], [first_row], frames)  # [1, Q, frames]
+        ready = self._record_current()
+        with self.on_codec_stream():
+            self._wait(ready)
+            pcm = self.stream_codec.step([slot], codes)[0]  # samples [-delay, 960 frames - delay)
+            first = max(keep, frames * self.hop - self.delay - self.ring_len, 0)
+            start = first + self.delay  # index of sample ``first`` in ``pcm``
+            if start < pcm.shape[0]:
+                tail = pcm[start:]
+                pos = (first + torch.arange(tail.shape[0], device=self.device)) % self.ring_len
+                self.ring[slot, pos] = tail.to(self.ring.dtype)
+
+    # -- per step --------------------------------------------------------------------
+
+    def step(self, slots: Sequence[int], rows: Sequence[int], table: torch.Tensor) -> None:
+        """Feed one frame to each slot: ``rows[i]`` is the table position of the row
+        that holds codebook 0 of slot ``slots[i]``'s frame (its codebook ``c`` is
+        ``c`` rows further). Slots must be distinct."""
+        b = len(slots)
+        if b == 0:
+            return
+        size = next(s for s in self._sizes if s >= b) if self._graphs else b
+        if self._inputs_free is not None:
+            torch.cuda.current_stream(self.device).wait_event(self._inputs_free)
+        codes = self._gather(table, slots, rows, 1)
+        self._codes_in[:b].copy_(codes)
+        self._slot_in[:b].copy_(self._host_index(slots))
+        if size > b:
+            self._slot_in[b:size].fill_(self.trash)
+            self._codes_in[b:size].zero_()
+        ready = self._record_current()
+        with self.on_codec_stream():
+            self._wait(ready)
+            graph = self._graphs.get(size)
+            if graph is not None:
+                graph.replay()
+            else:
+                self._run(size)
+            if self.stream is not None:
+                self._inputs_free = torch.cuda.Event()
+                self._inputs_free.record(self.stream)
+
+    def _run(self, size: int) -> None:
+        slots = self._slot_in[:size]
+        fed = self.stream_codec.frames_fed.index_select(0, slots)
+        pcm = self.stream_codec.step(slots, self._codes_in[:size])  # [size, hop]
+        pos = (fed[:, None] * self.hop - self.delay + self._hop_range) % self.ring_len
+        self.ring[slots[:, None], pos] = pcm.to(self.ring.dtype)
+
+    # -- chunks ----------------------------------------------------------------------
+
+    def chunks(
+        self,
+        slots: Sequence[int],
+        starts: Sequence[int],
+        ends: Sequence[int],
+        fed: Sequence[int],
+    ) -> torch.Tensor:
+        """PCM of chunks ``[starts[i], ends[i])`` (samples) of the streams in ``slots``,
+        after ``fed[i]`` frames were stepped: ``[n, max length]`` float32 on the
+        device (row ``i`` valid up to its length). Run on the codec stream; the
+        ends must be at most ``960 fed``. Where a chunk reaches past the committed
+        samples, its edge is decoded as if the stream ended after its last fed
+        frame; chunks that need that are best grouped by ``960 fed - end``."""
+        n = len(slots)
+        length = max(e - s for s, e in zip(starts, ends, strict=True))
+        committed = [f * self.hop - self.delay for f in fed]
+        peek = max(e - c for e, c in zip(ends, committed, strict=True))
+        meta = self._host_index([list(slots), list(starts), committed])
+        index, start, commit = meta[0], meta[1], meta[2]
+        sample = start[:, None] + torch.arange(max(length, 0), device=self.device)
+        out = self.ring[index[:, None], sample % self.ring_len]
+        if peek > 0:
+            edge = self.stream_codec.peek(index, peek).to(out.dtype)  # [n, peek] from ``commit``
+            at = (sample - commit[:, None]).clamp(0, peek - 1)
+            out = torch.where(sample < commit[:, None], out, torch.gather(edge, 1, at))
+        assert out.shape[0] == n
+        return out
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def _host_index(self, values: Sequence[object]) -> torch.Tensor:
+        host = torch.tensor(values, dtype=torch.int64)
+        if self._cuda:
+            host = host.pin_memory()
+        return host.to(self.device, non_blocking=True)
+
+    def _gather(
+        self, table: torch.Tensor, slots: Sequence[int], rows: Sequence[int], frames: int
+    ) -> torch.Tensor:
+        """Clean codes ``[b, Q, frames]`` of frames starting at table row ``rows[i]``
+        of slot ``slots[i]`` (BOC/EOC and anything out of range become 0)."""
+        meta = self._host_index([list(slots), list(rows)])
+        t = torch.arange(frames, device=table.device)
+        pos = meta[1][:, None, None] + t[None, :, None] + self._books.to(table.device)
+        pos = pos.clamp(0, table.shape[1] - 1)
+        codes = table[meta[0][:, None, None], pos, self._books.to(table.device)].long()
+        codes = torch.where((codes < 0) | (codes >= CODEBOOK_SIZE), 0, codes)
+        return codes.transpose(1, 2).to(self.device)
+
+    def _record_current(self) -> torch.cuda.Event | None:
+        if self.stream is None:
+            return None
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(self.device))
+        return event
+
+    def _wait(self, event: torch.cuda.Event | None) -> None:
+        if event is not None and self.stream is not None:
+            self.stream.wait_event(event)

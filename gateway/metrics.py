@@ -256,3 +256,26 @@ class EngineStatsSampler:
             by_batch.labels(batch=batch_bucket(batch)).observe(step_s)
         self._steps, self._total_s, self._rows = stats.steps, total_s, stats.rows
         self._metrics.engine_waiting.set(stats.waiting)
+
+
+class EnginePoller:
+    """Reads an engine's optional ``stats()`` and ``rank_stats()`` counters into the metrics."""
+
+    def __init__(self, metrics: GatewayMetrics, engine: object) -> None:
+        stats, ranks = getattr(engine, "stats", None), getattr(engine, "rank_stats", None)
+        self._stats = stats if callable(stats) else None
+        self._ranks = ranks if callable(ranks) else None
+        self._steps = EngineStatsSampler(metrics)
+        self._by_rank = RankStatsSampler(metrics)
+
+    @property
+    def active(self) -> bool:
+        return self._stats is not None or self._ranks is not None
+
+    def poll(self) -> None:
+        current = self._stats() if self._stats is not None else None
+        if current is not None:
+            self._steps.observe(current)
+        report = self._ranks() if self._ranks is not None else None
+        if report is not None:
+            self._by_rank.observe(report)

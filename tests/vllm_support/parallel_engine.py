@@ -7,6 +7,7 @@ keeps it; tests submit coroutines to its loop (a background thread).
 from __future__ import annotations
 
 import asyncio
+import copy
 import os
 import threading
 from collections.abc import AsyncIterator, Coroutine, Iterator
@@ -134,9 +135,10 @@ async def audio_of(
 
 
 def offline_audio(codec: Any, rows: np.ndarray) -> np.ndarray:
-    """The whole utterance decoded in one codec call (the reference for streamed audio)."""
-    frames = rows_to_frames(rows)
-    return codec.decode(torch.from_numpy(frames[None]))[0, 0].numpy()
+    """The whole utterance decoded in one codec call, exactly (in float64): the
+    reference for streamed audio (as in ``test_vllm_talker.py``)."""
+    frames = torch.from_numpy(rows_to_frames(rows)[None])
+    return copy.deepcopy(codec).double().decode(frames)[0, 0].numpy()
 
 
 def assert_close_to_peak(got: np.ndarray, want: np.ndarray) -> None:

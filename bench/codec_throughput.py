@@ -87,9 +87,11 @@ def measure(
     batches: list[int],
     args: argparse.Namespace,
     report: dict[str, Any],
+    fused: bool | None = None,
 ) -> None:
     codec.set_precision(precision)
-    slots = CodecSlots(codec, max(batches), graphs=True)
+    slots = CodecSlots(codec, max(batches), graphs=True, fused=fused)
+    fused = slots.stream_codec.layers.fused
     t = time.perf_counter()
     slots.warm_up()
     capture_s = time.perf_counter() - t
@@ -99,6 +101,7 @@ def measure(
         seconds = step_seconds(slots, table, batch, args.iters)
         row = {
             "precision": precision,
+            "fused": fused,
             "batch": batch,
             "ms_per_step": round(1000 * seconds, 3),
             "audio_s_per_s": round(batch / FRAMES_PER_SECOND / seconds, 1),
@@ -107,6 +110,8 @@ def measure(
         report["results"].append(row)
         print(json.dumps(row), flush=True)
     del slots
+    if not fused and codec.device.type == "cuda":
+        return  # the error is the fused run's (the same arithmetic, one kernel)
     error = stream_error(codec, args.error_frames, precision)
     report["errors"][precision] = error
     print(json.dumps({"precision": precision, "peak_error_vs_float64": error}), flush=True)
@@ -116,6 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--batches", default="1,16,64,128,256")
     ap.add_argument("--precisions", default=",".join(CODEC_PRECISIONS))
+    ap.add_argument(
+        "--unfused", default="tf32", help="precisions also timed with eager activations (CUDA)"
+    )
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--error-frames", type=int, default=75)
     ap.add_argument("--tiny", action="store_true", help="tiny codec dims (CPU smoke check)")
@@ -133,9 +141,12 @@ def main(argv: list[str] | None = None) -> int:
         "results": [],
         "errors": {},
     }
-    for precision in args.precisions.split(","):
+    runs = [(p, None) for p in args.precisions.split(",")]
+    if device.type == "cuda":
+        runs += [(p, False) for p in args.unfused.split(",") if p]
+    for precision, fused in runs:
         try:
-            measure(codec, precision, batches, args, report)
+            measure(codec, precision, batches, args, report, fused)
         except RuntimeError as e:  # one precision failing (say, its capture) loses only itself
             report["errors"][precision] = f"failed: {e}"
             print(json.dumps({"precision": precision, "failed": str(e)}), flush=True)

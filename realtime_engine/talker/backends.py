@@ -64,7 +64,7 @@ class VllmOptions(_Options):
         typed = sorted(set(PARALLEL_KEYS) & set(self.engine_args))
         if typed:
             raise ValueError(f"set {typed[0]} as a talker option, not inside engine_args")
-        if int(self.engine_args.get("pipeline_parallel_size", 1)) != 1:
+        if self.engine_args.get("pipeline_parallel_size", 1) != 1:
             raise ValueError("the Higgs talker does not support pipeline parallelism")
         return self
 

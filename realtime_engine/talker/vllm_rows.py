@@ -52,10 +52,6 @@ def set_process_rank(rank: int | None) -> None:
     _process_rank = rank
 
 
-def process_rank() -> int | None:
-    return _process_rank
-
-
 def new_ipc_endpoint() -> str:
     return f"ipc://{os.path.join(tempfile.gettempdir(), f'higgs-rows-{uuid.uuid4().hex[:12]}')}"
 

@@ -215,7 +215,7 @@ prep() {
 # ---------------------------------------------------------------- servers and monitors
 describe_env() {
   [ "$DRY_RUN" = 1 ] && return 0
-  { echo "date: $(date -u +%FT%TZ)  phase: $PHASE  model: $MODEL  talker: $TALKER  options: $TALKER_OPTIONS"
+  { echo "date: $(date -u +%FT%TZ)  phase: $PHASE ($RUN_TAG)  model: $MODEL  talker: $TALKER  options: $TALKER_OPTIONS  serve args: $SERVE_ARGS  visible GPUs: ${CUDA_VISIBLE_DEVICES:-all}"
     command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
     echo "cpus: $(nproc)  mem: $(awk '/MemTotal/{print $2 " kB"}' /proc/meminfo)"
     gw_python -c "import sys, torch; print('python', sys.version.split()[0], '| torch', torch.__version__)" 2>&1

@@ -94,7 +94,7 @@ def test_each_rank_decodes_and_sends_its_own_audio(
     expected: list[np.ndarray],
     codec: Any,
 ) -> None:
-    """A burst of requests goes round-robin over the ranks; every stream's audio
+    """A burst of requests is spread over both ranks; every stream's audio
     equals the offline decode of its rows, whichever core decoded it."""
     runner, loops = engine
     runner.rank_stats()  # start counting first chunks from here
@@ -113,15 +113,17 @@ def test_each_rank_decodes_and_sends_its_own_audio(
         assert_close_to_peak(got, offline_audio(codec, rows))
     report = runner.rank_stats()
     assert sorted(report.counters) == [0, 1]
-    assert sorted(rank for rank, _ in report.first_chunk_s) == [0, 0, 1, 1]
+    # Usually two each; vLLM's balancer also weighs its last load snapshot.
+    ranks = [rank for rank, _ in report.first_chunk_s]
+    assert len(ranks) == 4 and set(ranks) == {0, 1}
     assert all(c.active == 0 for c in report.counters.values())
 
 
 def test_preempted_requests_on_each_rank_resume_their_audio(
     engine: tuple[Any, LoopThread], prompts: list[TalkerPrompt], codec: Any
 ) -> None:
-    """Four 80-row requests, two per rank: each core has room for one (its own
-    4 KV blocks), so each preempts and recomputes, as on one GPU."""
+    """Four 80-row requests over two cores, each with KV room for one (its own
+    4 blocks): requests are preempted and recomputed, as on one GPU."""
     runner, loops = engine
 
     def request(rid: str, i: int) -> TalkerRequest:

@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         "results": [],
         "errors": {},
     }
-    runs = [(p, None) for p in args.precisions.split(",")]
+    runs: list[tuple[str, bool | None]] = [(p, None) for p in args.precisions.split(",")]
     if device.type == "cuda":
         runs += [(p, False) for p in args.unfused.split(",") if p]
     for precision, fused in runs:

@@ -28,7 +28,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 from gateway import availability
 from gateway.auth import AuthError
 from gateway.engine_health import watch_engine
-from gateway.metrics import EngineStatsSampler
+from gateway.metrics import EnginePoller
 from gateway.protocol import (
     CLOSE_POLICY,
     CLOSE_SERVER_ERROR,
@@ -169,16 +169,13 @@ async def _warm_up(state: GatewayState) -> None:
 async def _sample_engine_stats(
     state: GatewayState, after: asyncio.Task[None], interval_s: float = 1.0
 ) -> None:
-    """Feed /metrics from engines that expose cumulative ``stats()`` counters."""
+    """Feed /metrics from engines that expose cumulative ``stats()`` / ``rank_stats()``."""
     await asyncio.shield(after)  # sample only an engine that started
-    stats = getattr(state.engine, "stats", None)
-    if not state.ready or not callable(stats):
+    poller = EnginePoller(state.metrics, state.engine)
+    if not state.ready or not poller.active:
         return
-    sampler = EngineStatsSampler(state.metrics)
     while True:
-        current = stats()
-        if current is not None:
-            sampler.observe(current)
+        poller.poll()
         await asyncio.sleep(interval_s)
 
 

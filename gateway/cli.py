@@ -67,6 +67,17 @@ def build_parser() -> argparse.ArgumentParser:
         '\'{"max_num_seqs": 256, "gpu_memory_utilization": 0.8}\' for vllm (default '
         "max_num_seqs 256) or '{\"max_batch\": 8}' for reference; an unknown key is an error",
     )
+    for flag, what in (
+        ("--data-parallel-size", "vLLM engine cores, one GPU each, requests balanced across them"),
+        ("--tensor-parallel-size", "GPUs that split each vLLM engine core's model"),
+    ):
+        serve.add_argument(
+            flag,
+            type=int,
+            default=None,
+            metavar="N",
+            help=f"--talker vllm: {what} (the talker option of the same name; docs/scaling.md)",
+        )
     serve.add_argument(
         "--codec-precision",
         choices=CODEC_PRECISIONS,
@@ -142,6 +153,26 @@ def resolve_engine_kind(engine: str, model: str | None) -> str:
     if engine == "higgs" and not model:
         raise SystemExit("--engine higgs needs --model (a checkpoint directory, HF id or 'tiny')")
     return engine
+
+
+def with_parallel_flags(
+    raw: dict[str, object] | None, data_parallel: int | None, tensor_parallel: int | None
+) -> dict[str, object] | None:
+    """``--talker-options`` with ``--data/tensor-parallel-size`` added (they must agree)."""
+    flags = {"data_parallel_size": data_parallel, "tensor_parallel_size": tensor_parallel}
+    given = {key: value for key, value in flags.items() if value is not None}
+    if not given:
+        return raw
+    merged = dict(raw or {})
+    for key, value in given.items():
+        if key in merged and merged[key] != value:
+            flag = "--" + key.replace("_", "-")
+            raise SystemExit(
+                f"speech-gateway: error: {flag} {value} contradicts --talker-options "
+                f"{key}={merged[key]!r}"
+            )
+        merged[key] = value
+    return merged
 
 
 def engine_talker_options(
@@ -287,7 +318,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"speech-gateway: error: {e}", file=sys.stderr)
         return 2
     kind = resolve_engine_kind(args.engine, args.model)
-    talker = engine_talker_options(kind, args.talker, args.talker_options)
+    raw = with_parallel_flags(
+        args.talker_options, args.data_parallel_size, args.tensor_parallel_size
+    )
+    talker = engine_talker_options(kind, args.talker, raw)
     _say(f"loading the {kind} engine" + (f" from {args.model}" if args.model else ""))
     loading = time.perf_counter()
     try:

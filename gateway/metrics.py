@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from prometheus_client import (
@@ -113,6 +113,38 @@ class GatewayMetrics:
         self.draining = Gauge(
             "speech_draining", "1 while the server drains before shutting down", registry=r
         )
+        # Data-parallel talkers: one engine core per rank, each sending its own audio.
+        self.talker_streams = Counter(
+            "speech_talker_streams",
+            "Talker streams served, by data-parallel rank",
+            ["rank"],
+            registry=r,
+        )
+        self.talker_active_streams = Gauge(
+            "speech_talker_active_streams",
+            "Talker streams running, by data-parallel rank (known from their first chunk)",
+            ["rank"],
+            registry=r,
+        )
+        self.talker_chunks = Counter(
+            "speech_talker_chunks",
+            "Audio chunks from the talker, by data-parallel rank",
+            ["rank"],
+            registry=r,
+        )
+        self.talker_audio_seconds = Counter(
+            "speech_talker_audio_seconds",
+            "Audio seconds from the talker, by data-parallel rank",
+            ["rank"],
+            registry=r,
+        )
+        self.talker_first_chunk_seconds = Histogram(
+            "speech_talker_first_chunk_seconds",
+            "Talker request start to its first audio chunk, by data-parallel rank",
+            ["rank"],
+            buckets=_STAGE_BUCKETS,
+            registry=r,
+        )
 
     def track_outbound_queue(self, queue: SizedQueue) -> None:
         """Count ``queue``'s items in ``outbound_queue_depth`` for as long as it lives."""
@@ -153,6 +185,51 @@ class RunnerStatsLike(Protocol):
     def waiting(self) -> int: ...
 
 
+class RankCountersLike(Protocol):
+    @property
+    def streams(self) -> int: ...
+
+    @property
+    def active(self) -> int: ...
+
+    @property
+    def chunks(self) -> int: ...
+
+    @property
+    def audio_seconds(self) -> float: ...
+
+
+class RankReportLike(Protocol):
+    """What an engine with data-parallel talker ranks reports as ``engine.rank_stats()``."""
+
+    @property
+    def counters(self) -> Mapping[int, RankCountersLike]: ...
+
+    @property
+    def first_chunk_s(self) -> Sequence[tuple[int, float]]: ...
+
+
+class RankStatsSampler:
+    """Turns cumulative per-rank talker counters into ``rank``-labelled metrics."""
+
+    def __init__(self, metrics: GatewayMetrics) -> None:
+        self._metrics = metrics
+        self._seen: dict[int, tuple[int, int, float]] = {}
+
+    def observe(self, report: RankReportLike) -> None:
+        m = self._metrics
+        for rank, c in report.counters.items():
+            label = str(rank)
+            streams, chunks, seconds = self._seen.get(rank, (0, 0, 0.0))
+            m.talker_streams.labels(rank=label).inc(max(0, c.streams - streams))
+            m.talker_chunks.labels(rank=label).inc(max(0, c.chunks - chunks))
+            m.talker_audio_seconds.labels(rank=label).inc(max(0.0, c.audio_seconds - seconds))
+            m.talker_active_streams.labels(rank=label).set(c.active)
+            self._seen[rank] = (c.streams, c.chunks, c.audio_seconds)
+        for rank, seconds in report.first_chunk_s:
+            m.talker_first_chunk_seconds.labels(rank=str(rank)).observe(seconds)
+
+
 class EngineStatsSampler:
     """Turns cumulative runner counters into step-time and batch-size samples.
 
@@ -179,3 +256,26 @@ class EngineStatsSampler:
             by_batch.labels(batch=batch_bucket(batch)).observe(step_s)
         self._steps, self._total_s, self._rows = stats.steps, total_s, stats.rows
         self._metrics.engine_waiting.set(stats.waiting)
+
+
+class EnginePoller:
+    """Reads an engine's optional ``stats()`` and ``rank_stats()`` counters into the metrics."""
+
+    def __init__(self, metrics: GatewayMetrics, engine: object) -> None:
+        stats, ranks = getattr(engine, "stats", None), getattr(engine, "rank_stats", None)
+        self._stats = stats if callable(stats) else None
+        self._ranks = ranks if callable(ranks) else None
+        self._steps = EngineStatsSampler(metrics)
+        self._by_rank = RankStatsSampler(metrics)
+
+    @property
+    def active(self) -> bool:
+        return self._stats is not None or self._ranks is not None
+
+    def poll(self) -> None:
+        current = self._stats() if self._stats is not None else None
+        if current is not None:
+            self._steps.observe(current)
+        report = self._ranks() if self._ranks is not None else None
+        if report is not None:
+            self._by_rank.observe(report)

@@ -29,12 +29,14 @@
 #   HTTP_LEVELS [1,64] ("" skips)  HTTP_WARMUP [5]  HTTP_DURATION [15]
 #   PEER_LEVELS [1,16,64]  PEER_PROFILE [high_throughput]  PEER_START_TIMEOUT [420]
 #   CLIENT_PROCS [4]  STREAMS_PER_CLIENT [64]: a sweep level runs ceil(c / 64) bench clients, at most 4
+#   RUN_TAG [$PHASE]: names $WORK/results_<tag>, summary_<tag>.md, h200_<tag>.tar.gz
 #   FALLBACK [1]: when the vLLM talker does not start, serve the reference talker and measure a little
 #   LOCAL [0]: 1 = no kit site, no wheels, no plugin dist-info (a CPU machine with the project's venv)
 set -u -o pipefail
 
 T0=$(date +%s)
 PHASE=${PHASE:-gateway}
+RUN_TAG=${RUN_TAG:-$PHASE}   # names the results folder and files (run_h200_x2.sh: one per layout)
 DRY_RUN=${DRY_RUN:-0}
 LOCAL=${LOCAL:-0}
 OUT=${OUT:-/tmp/h200_out}
@@ -74,7 +76,7 @@ CLIENT_PROCS=${CLIENT_PROCS:-4}
 STREAMS_PER_CLIENT=${STREAMS_PER_CLIENT:-64}
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-RES=$WORK/results_$PHASE          # everything measured; bundled into $OUT at the end
+RES=$WORK/results_$RUN_TAG        # everything measured; bundled into $OUT at the end
 PLUGIN_DIR=$WORK/plugin           # a bare dist-info declaring the vLLM plugin entry point
 SERVER_PID=
 SCRAPE=
@@ -213,7 +215,7 @@ prep() {
 # ---------------------------------------------------------------- servers and monitors
 describe_env() {
   [ "$DRY_RUN" = 1 ] && return 0
-  { echo "date: $(date -u +%FT%TZ)  phase: $PHASE  model: $MODEL  talker: $TALKER  options: $TALKER_OPTIONS"
+  { echo "date: $(date -u +%FT%TZ)  phase: $PHASE ($RUN_TAG)  model: $MODEL  talker: $TALKER  options: $TALKER_OPTIONS  serve args: $SERVE_ARGS  visible GPUs: ${CUDA_VISIBLE_DEVICES:-all}"
     command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
     echo "cpus: $(nproc)  mem: $(awk '/MemTotal/{print $2 " kB"}' /proc/meminfo)"
     gw_python -c "import sys, torch; print('python', sys.version.split()[0], '| torch', torch.__version__)" 2>&1
@@ -488,7 +490,7 @@ PYEOF
 # ---------------------------------------------------------------- bundle
 bundle() {
   [ -d "$RES" ] || return 0
-  local tag=$PHASE
+  local tag=$RUN_TAG
   env PYTHONPATH="$GW_PYTHONPATH" "$PY" -m bench.gpu.report summary "$RES" > "$RES/summary.md" 2> "$RES/summary.err"
   for f in "$RES"/server_*.log; do   # keep logs small: the tail is what matters
     [ -f "$f" ] && [ "$(stat -c %s "$f")" -gt 3000000 ] && { tail -c 3000000 "$f" > "$f.tail" && mv "$f.tail" "$f"; }

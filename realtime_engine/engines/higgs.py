@@ -205,6 +205,7 @@ class HiggsEngine:
                     gpu_memory_utilization=talker.gpu_memory_utilization,
                     codec_precision=codec_precision,
                     codec_batch=codec_batch,
+                    **talker.parallel_args(),
                     **talker.engine_args,
                 )
             voice_encoder = ReferenceEncoder.from_checkpoint(path, dev)
@@ -348,6 +349,11 @@ class HiggsEngine:
         """The runner's cumulative step counters (for /metrics), if it keeps any."""
         runner_stats = getattr(self._runner, "stats", None)
         return runner_stats() if callable(runner_stats) else None
+
+    def rank_stats(self) -> Any:
+        """What each data-parallel engine core served (vLLM talker), else None."""
+        rank_stats = getattr(self._runner, "rank_stats", None)
+        return rank_stats() if callable(rank_stats) else None
 
     def failure(self) -> str | None:
         """Why the talker is dead (vLLM engine core process, reference thread), else None."""

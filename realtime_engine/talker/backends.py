@@ -12,11 +12,17 @@ import importlib.util
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 TalkerBackend = Literal["auto", "vllm", "reference"]
 TALKER_BACKENDS: tuple[str, ...] = get_args(TalkerBackend)
 ResolvedBackend = Literal["vllm", "reference"]
+
+
+# Keys of VllmOptions that are vLLM parallel layouts (never also in engine_args).
+PARALLEL_KEYS = ("data_parallel_size", "tensor_parallel_size")
+# A sanity bound: one host has at most this many GPUs.
+MAX_PARALLEL = 64
 
 
 class TalkerOptionsError(ValueError):
@@ -45,8 +51,33 @@ class VllmOptions(_Options):
     dtype: str = "auto"
     enforce_eager: bool = False
     gpu_memory_utilization: float = Field(default=0.85, gt=0.0, le=1.0)
+    # Engine cores, one GPU (or tensor_parallel_size GPUs) each; vLLM balances
+    # requests across them and each decodes and sends its own audio.
+    data_parallel_size: int = Field(default=1, ge=1, le=MAX_PARALLEL)
+    # GPUs that split every step of one engine core (only rank 0 sends audio).
+    tensor_parallel_size: int = Field(default=1, ge=1, le=MAX_PARALLEL)
     # Further ``vllm.engine.arg_utils.AsyncEngineArgs`` fields, passed as given.
     engine_args: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _parallelism_is_said_once(self) -> VllmOptions:
+        typed = sorted(set(PARALLEL_KEYS) & set(self.engine_args))
+        if typed:
+            raise ValueError(f"set {typed[0]} as a talker option, not inside engine_args")
+        if self.engine_args.get("pipeline_parallel_size", 1) != 1:
+            raise ValueError("the Higgs talker does not support pipeline parallelism")
+        return self
+
+    def parallel_args(self) -> dict[str, int]:
+        """The parallel layout as ``AsyncEngineArgs`` fields (only what differs from one GPU)."""
+        return {
+            key: value
+            for key, value in (
+                ("data_parallel_size", self.data_parallel_size),
+                ("tensor_parallel_size", self.tensor_parallel_size),
+            )
+            if value != 1
+        }
 
 
 TalkerOptions = ReferenceOptions | VllmOptions

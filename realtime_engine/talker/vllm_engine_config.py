@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
+
+from realtime_engine.talker.vllm_protocol import CODEC_CONFIG_KEY
 
 # Set (unless already set) before the engine starts; its processes inherit them.
 ENGINE_ENV = {
@@ -30,3 +34,37 @@ def cuda_present() -> bool:
     import torch
 
     return bool(torch.cuda.is_available())
+
+
+def talker_engine_args(
+    model_dir: str | Path,
+    *,
+    enforce_eager: bool,
+    codec_precision: str,
+    codec_batch: int,
+    **engine_kwargs: Any,
+) -> dict[str, Any]:
+    """``AsyncEngineArgs`` fields for the talker on ``model_dir``; sets :data:`ENGINE_ENV`.
+
+    The talker's requirements are set here, not left to the caller's
+    environment: Model Runner V2 (the plugin's hooks live there; the engine
+    processes inherit the variable), prefix caching off (generated tokens are
+    all ``<|audio|>``: shared prefixes would share KV computed with another
+    request's codes), and, on CUDA, full CUDA graphs for every batch including
+    prefills (:func:`default_compilation_config`). The engine core decodes
+    audio in ``codec_precision``, up to ``codec_batch`` windows per call.
+    """
+    for name, value in ENGINE_ENV.items():
+        os.environ.setdefault(name, value)
+    if not enforce_eager and cuda_present():
+        engine_kwargs.setdefault("compilation_config", default_compilation_config())
+    additional = dict(engine_kwargs.pop("additional_config", None) or {})
+    additional[CODEC_CONFIG_KEY] = {"precision": codec_precision, "max_batch": codec_batch}
+    return {
+        "model": str(model_dir),
+        "skip_tokenizer_init": True,
+        "enforce_eager": enforce_eager,
+        "enable_prefix_caching": False,
+        "additional_config": additional,
+        **engine_kwargs,
+    }

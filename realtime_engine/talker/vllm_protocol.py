@@ -173,6 +173,9 @@ class PcmHeader:
     stamps: dict[str, float] | None = None
     # The request's delay-patterned rows [n, 8] (final chunk, when asked for).
     rows: np.ndarray | None = None
+    # The data-parallel rank of the engine core that decoded the chunk; None:
+    # left to the sender (``encode_pcm``'s ``rank``), or not known.
+    rank: int | None = None
 
 
 @dataclass(frozen=True)
@@ -180,6 +183,7 @@ class PcmEvent:
     correlation_id: str
     chunk: PcmChunk
     stamps: dict[str, float] | None = None
+    rank: int | None = None  # data-parallel rank of the engine core that sent it
 
 
 _ROWS = b"R"
@@ -195,15 +199,29 @@ def encode_rows(headers: Sequence[RowHeader], rows: np.ndarray) -> list[bytes]:
     return [_ROWS, head, np.ascontiguousarray(rows, dtype=_ROW_DTYPE).tobytes()]
 
 
-def encode_pcm(headers: Sequence[PcmHeader], pcm: Sequence[np.ndarray]) -> list[bytes]:
-    """Chunks for one destination → multipart frames."""
+def encode_pcm(
+    headers: Sequence[PcmHeader], pcm: Sequence[np.ndarray], rank: int | None = None
+) -> list[bytes]:
+    """Chunks for one destination → multipart frames.
+
+    ``rank`` (the sending engine core's data-parallel rank) goes into every
+    header that does not name its own.
+    """
     if len(pcm) != len(headers) or any(
         p.size != h.samples for p, h in zip(pcm, headers, strict=True)
     ):
         raise RowMessageError("PCM chunks do not match their headers")
     head = json.dumps(
         [
-            [h.correlation_id, h.start_frame, h.samples, int(h.final), h.stamps, _rows_text(h.rows)]
+            [
+                h.correlation_id,
+                h.start_frame,
+                h.samples,
+                int(h.final),
+                h.stamps,
+                _rows_text(h.rows),
+                h.rank if h.rank is not None else rank,
+            ]
             for h in headers
         ]
     ).encode()
@@ -230,13 +248,21 @@ def _rows_from_text(text: object) -> np.ndarray | None:
     return codes.reshape(-1, NUM_CODEBOOKS).astype(np.int64)
 
 
+def _pcm_header(fields: Sequence[Any]) -> PcmHeader:
+    # Six fields from senders that predate the rank; a seventh, possibly null, after.
+    c, f, n, last, s, r, *more = fields
+    if len(more) > 1:
+        raise RowMessageError(f"a PCM header has {len(fields)} fields")
+    rank = None if not more or more[0] is None else int(more[0])
+    return PcmHeader(str(c), int(f), int(n), bool(last), s, _rows_from_text(r), rank)
+
+
 def _decode_pcm(head: Any, body_raw: bytes) -> list[PcmEvent]:
-    headers = [
-        PcmHeader(str(c), int(f), int(n), bool(last), s, _rows_from_text(r))
-        for c, f, n, last, s, r in head
-    ]
+    headers = [_pcm_header(fields) for fields in head]
     if any(h.samples < 0 or h.start_frame < 0 for h in headers):
         raise RowMessageError("negative frame or sample count")
+    if any(h.rank is not None and h.rank < 0 for h in headers):
+        raise RowMessageError("negative rank")
     body = np.frombuffer(body_raw, dtype=_PCM_DTYPE)
     if body.size != sum(h.samples for h in headers):
         raise RowMessageError(f"PCM body holds {body.size} samples, headers name another count")
@@ -246,7 +272,7 @@ def _decode_pcm(head: Any, body_raw: bytes) -> list[PcmEvent]:
         at += h.samples
         stamps = None if h.stamps is None else {str(k): float(v) for k, v in h.stamps.items()}
         chunk = PcmChunk(h.start_frame, pcm, h.final, h.rows)
-        events.append(PcmEvent(h.correlation_id, chunk, stamps))
+        events.append(PcmEvent(h.correlation_id, chunk, stamps, h.rank))
     return events
 
 

@@ -4,6 +4,12 @@ Workers PUSH (never blocking the engine: a high-water mark and ``NOBLOCK``
 sends; a message that cannot be queued is dropped and counted, and the
 receiver notices the gap through the row indices). The serving process binds
 one PULL socket and hands rows to per-request queues.
+
+With data parallelism every engine core pushes to that same socket: ZMQ
+fair-queues many PUSH peers into one PULL, keeping each peer's messages in
+order, and a request is served by one engine core only, so each request's
+messages still arrive in order. Audio carries the sending core's rank
+(:func:`set_process_rank`) for per-rank metrics.
 """
 
 from __future__ import annotations
@@ -35,6 +41,16 @@ logger = logging.getLogger(__name__)
 
 SEND_HWM = 1 << 20
 
+# The data-parallel rank of the engine core this process runs (None: not an
+# engine core, or not known). One engine core per process, so one rank.
+_process_rank: int | None = None
+
+
+def set_process_rank(rank: int | None) -> None:
+    """Record this engine core's data-parallel rank; pushers made after it send it."""
+    global _process_rank
+    _process_rank = rank
+
 
 def new_ipc_endpoint() -> str:
     return f"ipc://{os.path.join(tempfile.gettempdir(), f'higgs-rows-{uuid.uuid4().hex[:12]}')}"
@@ -43,10 +59,12 @@ def new_ipc_endpoint() -> str:
 class RowPusher:
     """Worker side: one PUSH socket per destination endpoint, opened on first use."""
 
-    def __init__(self) -> None:
+    def __init__(self, rank: int | None = None) -> None:
         self._ctx: zmq.Context[zmq.Socket[bytes]] | None = None
         self._sockets: dict[str, zmq.Socket[bytes]] = {}
         self.dropped_messages = 0
+        # Stamped on the audio this pusher sends; by default the process's rank.
+        self.rank = rank if rank is not None else _process_rank
 
     def _socket(self, endpoint: str) -> zmq.Socket[bytes]:
         sock = self._sockets.get(endpoint)
@@ -66,7 +84,7 @@ class RowPusher:
     def push_pcm(
         self, endpoint: str, headers: Sequence[PcmHeader], chunks: Sequence[np.ndarray]
     ) -> None:
-        self._send(endpoint, encode_pcm(headers, chunks))
+        self._send(endpoint, encode_pcm(headers, chunks, self.rank))
 
     def push_failure(self, endpoint: str, correlation_id: str, reason: str) -> None:
         self._send(endpoint, encode_failure(correlation_id, reason))

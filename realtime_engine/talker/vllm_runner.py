@@ -19,28 +19,23 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import os
 import secrets
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
 from realtime_engine.codec.streaming import HOP
 from realtime_engine.format import DEFAULT_CODEC_PRECISION, ChunkingParams
 from realtime_engine.model.tokenizer import HiggsTokenizer, SpecialIds
+from realtime_engine.talker.rank_stats import RankReport, RankStats
 from realtime_engine.talker.termination import eoc_bounds
 from realtime_engine.talker.types import NUM_CODEBOOKS, PcmChunk, TalkerError, TalkerRequest
-from realtime_engine.talker.vllm_engine_config import (
-    ENGINE_ENV,
-    cuda_present,
-    default_compilation_config,
-)
+from realtime_engine.talker.vllm_engine_config import talker_engine_args
 from realtime_engine.talker.vllm_protocol import (
-    CODEC_CONFIG_KEY,
     MAX_RAS_WINDOW,
     FailureEvent,
     PcmEvent,
@@ -79,6 +74,9 @@ class _Stream:
         self.queue: asyncio.Queue[_Item] = asyncio.Queue()
         self.task: asyncio.Task[None] | None = None
         self.done = False
+        self.started = time.perf_counter()
+        self.rank: int | None = None  # the data-parallel rank serving it, once known
+        self.rank_closed = False
 
 
 class VllmTalkerRunner:
@@ -94,6 +92,7 @@ class VllmTalkerRunner:
         self._nonce = secrets.token_hex(4)
         self._counter = itertools.count()
         self._receiver = RowReceiver(self._on_event)
+        self._ranks = RankStats()
 
     @classmethod
     def from_model_dir(
@@ -111,38 +110,26 @@ class VllmTalkerRunner:
     ) -> VllmTalkerRunner:
         """Start an engine on ``model_dir`` (a Higgs v3 checkpoint directory).
 
-        The talker's requirements are set here, not left to the caller's
-        environment: Model Runner V2 (the plugin's hooks live there; the engine
-        process inherits the variable), prefix caching off, and, on CUDA, full
-        CUDA graphs for every batch including prefills (see
-        :func:`default_compilation_config`). The engine core loads the bundled
-        codec too and decodes audio there in ``codec_precision``, up to
-        ``codec_batch`` windows per call.
+        What the talker needs of vLLM is set by :func:`talker_engine_args`;
+        ``engine_kwargs`` are further ``AsyncEngineArgs`` fields (the parallel
+        layout among them). The engine core loads the bundled codec too.
         """
-        for name, value in ENGINE_ENV.items():
-            os.environ.setdefault(name, value)
+        kwargs = talker_engine_args(
+            model_dir,
+            enforce_eager=enforce_eager,
+            codec_precision=codec_precision,
+            codec_batch=codec_batch,
+            dtype=dtype,
+            max_num_seqs=max_num_seqs,
+            max_model_len=max_model_len,
+            gpu_memory_utilization=gpu_memory_utilization,
+            **engine_kwargs,
+        )
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
         tokenizer = HiggsTokenizer.from_dir(model_dir)
-        if not enforce_eager and cuda_present():
-            engine_kwargs.setdefault("compilation_config", default_compilation_config())
-        additional = dict(engine_kwargs.pop("additional_config", None) or {})
-        additional[CODEC_CONFIG_KEY] = {"precision": codec_precision, "max_batch": codec_batch}
-        args = AsyncEngineArgs(
-            model=str(model_dir),
-            skip_tokenizer_init=True,
-            dtype=cast(Any, dtype),
-            max_num_seqs=max_num_seqs,
-            max_model_len=max_model_len,
-            enforce_eager=enforce_eager,
-            gpu_memory_utilization=gpu_memory_utilization,
-            # Generated tokens are all <|audio|>: shared prefixes would share KV
-            # computed with another request's codes.
-            enable_prefix_caching=False,
-            additional_config=additional,
-            **engine_kwargs,
-        )
+        args = AsyncEngineArgs(**kwargs)
         engine = AsyncLLM.from_engine_args(args)
         return cls(engine, tokenizer.specials, max_model_len)
 
@@ -320,6 +307,7 @@ class VllmTalkerRunner:
                             "(a chunk was lost)"
                         )
                     frame += chunk.pcm.size // HOP
+                    self._count(stream, item)
                     if item.stamps:
                         _stamp(stream.request, item.stamps)
                     yield chunk
@@ -338,10 +326,28 @@ class VllmTalkerRunner:
         finally:
             await self._release(stream)
 
+    def _count(self, stream: _Stream, item: PcmEvent) -> None:
+        if item.rank is None:
+            return
+        first = stream.rank is None
+        stream.rank = item.rank
+        waited = time.perf_counter() - stream.started if first else None
+        self._ranks.chunk(item.rank, item.chunk.pcm.size, waited)
+
+    def _close_rank(self, stream: _Stream) -> None:
+        if stream.rank is not None and not stream.rank_closed:
+            stream.rank_closed = True
+            self._ranks.ended(stream.rank)
+
+    def rank_stats(self) -> RankReport:
+        """What each data-parallel rank served (``rank``-labelled metrics)."""
+        return self._ranks.report()
+
     async def _release(self, stream: _Stream) -> None:
         if stream.done:
             return
         stream.done = True
+        self._close_rank(stream)
         self._streams.pop(stream.correlation_id, None)
         if self._by_request.get(stream.request.request_id) is stream:
             del self._by_request[stream.request.request_id]
@@ -357,6 +363,7 @@ class VllmTalkerRunner:
             return
         # Forget it now: its iterator may never be resumed to clean up itself.
         self._streams.pop(stream.correlation_id, None)
+        self._close_rank(stream)
         await self._engine.abort(request_id)
         stream.queue.put_nowait(_Aborted())
 

@@ -43,6 +43,7 @@ except ImportError:  # releases where MRv2 returned the shared V1 type
 from realtime_engine.talker.vllm_audio import VllmAudio
 from realtime_engine.talker.vllm_protocol import TalkerArgs
 from realtime_engine.talker.vllm_publish import RowPublisher
+from realtime_engine.talker.vllm_rows import set_process_rank
 from realtime_engine.talker.vllm_sampler_graphs import PaddedStepGraphs, graphs_wanted
 from realtime_engine.talker.vllm_slots import SavedSlot, TalkerSlots
 
@@ -72,6 +73,9 @@ class HiggsModelState(DefaultModelState):
         self.slot_of: dict[str, int] = {}
         self.args_of_slot: dict[int, TalkerArgs] = {}
         first_rank = _is_first_rank(vllm_config)
+        # Before the audio's pusher exists: it stamps this rank on every chunk.
+        self.dp_rank = data_parallel_rank(vllm_config)
+        set_process_rank(self.dp_rank)
         self.publisher = RowPublisher(device, enabled=first_rank)
         codec = getattr(model, "codec", None)
         # Only the first tensor-parallel rank decodes and sends audio.
@@ -238,6 +242,19 @@ def _is_first_rank(vllm_config: VllmConfig) -> bool:
     from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
 
     return bool(get_tensor_model_parallel_rank() == 0)
+
+
+def data_parallel_rank(vllm_config: VllmConfig) -> int:
+    """This engine core's data-parallel rank.
+
+    vLLM runs the ranks of a dense model as independent engines and resets
+    ``data_parallel_rank`` to 0 in each (``reconfigure_for_independent_dp_rank``);
+    the original rank stays in ``data_parallel_index`` (vLLM 0.32; older
+    releases keep it in ``data_parallel_rank``).
+    """
+    parallel = vllm_config.parallel_config
+    index = getattr(parallel, "data_parallel_index", None)
+    return int(index if index is not None else parallel.data_parallel_rank)
 
 
 class HiggsCodeSampler:

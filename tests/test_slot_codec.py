@@ -224,3 +224,42 @@ def test_an_utterance_without_frames_still_ends(codec: CodecDecoder) -> None:
     plans = h.step()
     assert [(p.emit, p.final) for p in plans] == [(0, True)]
     assert h.audio("e").size == 0
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    frames=st.integers(1, 45),
+    cut=st.integers(0, 60),
+    slots=st.permutations(range(SLOTS)),
+    group=st.integers(1, 6),
+)
+def test_a_stream_preempted_anywhere_resumes_in_any_slot_unchanged(
+    codec: CodecDecoder, frames: int, cut: int, slots: list[int], group: int
+) -> None:
+    """Preempted after any row (mid-chunk included), its slot reused by another
+    request meanwhile, resumed in another slot: the stream's codec state is
+    rebuilt from its rows, so its audio is still the whole decode, and the other
+    request's too."""
+    h = Harness(codec)
+    exact = get_preset("exact")
+    rows, other = talker_rows(frames, 11), talker_rows(20, 12)
+    cut = min(cut, len(rows) - 1)
+    first, reuse_by, resume_in = slots[0], slots[0], slots[1]
+    h.open("p", first, 4, exact)
+    for lo in range(0, cut, group):
+        h.write("p", rows, lo, min(cut, lo + group), False)
+        h.step()
+    moved = h.codec.detach("p")
+    assert moved is not None
+    h.open("o", reuse_by, 0, exact)
+    h.write("o", other, 0, len(other), True)
+    h.step()
+    h.table[resume_in, 4 : 4 + cut] = torch.from_numpy(rows[:cut])  # restored rows
+    h.codec.attach(moved, resume_in)
+    for lo in range(cut, len(rows), group):
+        hi = min(len(rows), lo + group)
+        h.write("p", rows, lo, hi, hi == len(rows))
+        h.step()
+    h.step()
+    assert peak_error(h.audio("p"), offline(codec, rows)) <= 1e-5
+    assert peak_error(h.audio("o"), offline(codec, other)) <= 1e-5

@@ -1,0 +1,76 @@
+"""Where the served codec step spends its GPU time: a torch-profiler table.
+
+Runs the engine's codec step (:class:`~realtime_engine.talker.codec_slots.CodecSlots`,
+one frame per slot, TF32, eager so that every operator shows) at one batch
+size through the real-size codec with random weights, and writes the
+operators and kernels sorted by device time to ``$OUT/codec_profile_<B>.txt``
+(and a Chrome trace, gzipped). ``--tiny`` runs it on the CPU at tiny size
+(a smoke check of the script).
+
+    python -m bench.gpu.codec_profile --batch 256 [--steps 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from realtime_engine.codec.decoder import CodecDecoder
+from realtime_engine.codec.layout import CodecDims
+from realtime_engine.talker.codec_slots import CodecSlots
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--precision", default="tf32")
+    ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = ap.parse_args(argv)
+    cuda = torch.cuda.is_available() and not args.tiny
+    device = torch.device("cuda" if cuda else "cpu")
+    dims = CodecDims.tiny() if args.tiny else CodecDims.higgs_v3()
+    codec = CodecDecoder(dims).to(device).eval()
+    codec.set_precision(args.precision)
+    slots = CodecSlots(codec, args.batch)
+    table = torch.randint(0, dims.codebook_size, (args.batch, 8, 8), device=device)
+    table = table.to(torch.int16)
+    index, rows = list(range(args.batch)), [0] * args.batch
+    for _ in range(3):
+        slots.step(index, rows, table)
+    if cuda:
+        torch.cuda.synchronize()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        for _ in range(args.steps):
+            slots.step(index, rows, table)
+        if cuda:
+            torch.cuda.synchronize()
+    key = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+    table_text = prof.key_averages().table(sort_by=key, row_limit=40)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    header = (
+        f"codec step, batch {args.batch}, {args.steps} steps, precision {args.precision}, "
+        f"{torch.cuda.get_device_name() if cuda else 'cpu'}, eager (no graph)\n"
+    )
+    (out / f"codec_profile_{args.batch}.txt").write_text(header + table_text)
+    trace = out / f"codec_profile_{args.batch}.json"
+    prof.export_chrome_trace(str(trace))
+    with trace.open("rb") as src, gzip.open(f"{trace}.gz", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    trace.unlink()
+    print(header + table_text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -33,3 +33,14 @@ def test_writes_one_row_per_setting_with_consistent_rates_and_small_errors(
     # the CPU computes fp32 whatever the precision: the streamed audio is the exact decode
     assert set(report["errors"]) == {"fp32", "tf32"}
     assert all(0 <= e < 1e-5 for e in report["errors"].values())
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_the_codec_profile_names_the_steps_operators(tmp_path: Path) -> None:
+    from bench.gpu.codec_profile import main as profile
+
+    assert profile(["--tiny", "--batch", "2", "--steps", "1", "--out", str(tmp_path)]) == 0
+    table = (tmp_path / "codec_profile_2.txt").read_text()
+    assert table.startswith("codec step, batch 2, 1 steps")
+    assert "convolution" in table and "aten::sin" in table  # the layers and the activations
+    assert (tmp_path / "codec_profile_2.json.gz").stat().st_size > 0

@@ -16,12 +16,16 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from streaming_support import random_tiny_codec, whole
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.delay import apply_delay
+from realtime_engine.codec.layout import CodecDims
 from realtime_engine.codec.presets import PRESETS, get_preset
 from realtime_engine.codec.streaming import StreamingDecoder
 from realtime_engine.engines.base import ChunkingParams
+from realtime_engine.talker.codec_slots import CodecSlots
 from realtime_engine.talker.slot_codec import ChunkPlan, SlotCodec
 
 SLOTS = 4
@@ -263,3 +267,37 @@ def test_a_stream_preempted_anywhere_resumes_in_any_slot_unchanged(
     h.step()
     assert peak_error(h.audio("p"), offline(codec, rows)) <= 1e-5
     assert peak_error(h.audio("o"), offline(codec, other)) <= 1e-5
+
+
+class _DeviceOnlyOps(TorchDispatchMode):
+    """Records every op that receives a tensor off the step's device."""
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__()
+        self.device = device
+        self.offenders: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        for leaf in pytree.tree_leaves((args, kwargs)):
+            if isinstance(leaf, torch.Tensor) and leaf.device != self.device:
+                self.offenders.append(f"{func} got a {leaf.device} tensor {tuple(leaf.shape)}")
+        return func(*args, **kwargs)
+
+
+@pytest.mark.parametrize("size", [1, 3])
+def test_the_codec_step_is_capturable_no_host_tensors_reads_or_data_dependent_shapes(
+    size: int,
+) -> None:
+    """What the engine captures as a CUDA graph per bucket (``CodecSlots._run``),
+    checked on the meta device, where there is no data: a host read (``.item()``,
+    ``.tolist()``, ``int(t)``) or a data-dependent shape raises, and every op must
+    take device tensors only (a host tensor would be a copy capture refuses)."""
+    meta = torch.device("meta")
+    codec = CodecDecoder(CodecDims.tiny()).to(meta)
+    slots = CodecSlots(codec, 3)
+    watch = _DeviceOnlyOps(meta)
+    with watch:
+        slots._run(size)
+    assert watch.offenders == []
+    assert slots.ring.device == meta

@@ -93,6 +93,9 @@ class CausalDac:
         self.delay = delay + _conv_delay(dac.conv2)
         self.buffers = tuple(specs)
         self._steps = tuple(steps)
+        # (rate, delay) of each masked layer output, in the order a pass masks them
+        self._layer_timing = _layer_timing(self._steps)
+        self._step_masks: dict[tuple[int, torch.device], _StepMask] = {}
 
     def tail_lengths(self, samples: int) -> list[int]:
         """Per layer output, how much of its tail the first ``samples``
@@ -131,6 +134,16 @@ class CausalDac:
                 cached = torch.reciprocal(alpha.detach() + 1e-9)
             self._inverses[id(snake)] = cached
         return cached
+
+    def step_mask(self, frames: int, device: torch.device) -> _StepMask:
+        """Where each layer's output may lie before the utterance's start, for a
+        step of ``frames`` new frames (built once per frame count and device)."""
+        key = (frames, device)
+        mask = self._step_masks.get(key)
+        if mask is None:
+            mask = _StepMask(self._layer_timing, frames, device)
+            self._step_masks[key] = mask
+        return mask
 
     def zero_state(self, batch: int, device: torch.device, dtype: torch.dtype) -> State:
         return [
@@ -175,6 +188,42 @@ def _conv_transpose_2s(x: torch.Tensor, weight: torch.Tensor, stride: int) -> to
     return y
 
 
+def _layer_timing(steps: tuple[tuple[int, int], ...]) -> list[tuple[int, int]]:
+    """Per masked layer output, its rate (samples per frame) and cumulative delay."""
+    rate, delay, timing = 1, 0, []
+    for stride, lead in steps:
+        if stride == 1:  # a conv reaching ``-lead`` samples to the right
+            delay -= lead
+        else:
+            rate, delay = rate * stride, delay * stride + lead
+        timing.append((rate, delay))
+    return timing
+
+
+class _StepMask:
+    """Every layer's start-of-utterance mask of a step, as one computation: each
+    layer's first ``min(frames * rate, delay)`` samples, concatenated, are kept
+    where ``fed * rate - delay + j >= 0``. Four kernels a step instead of five
+    per layer."""
+
+    def __init__(self, timing: list[tuple[int, int]], frames: int, device: torch.device) -> None:
+        rates, offsets, self.bounds = [], [], []
+        at = 0
+        for rate, delay in timing:
+            head = min(frames * rate, delay)
+            rates += [rate] * head
+            offsets += [j - delay for j in range(head)]
+            self.bounds.append((at, at + head))
+            at += head
+        self.rates = torch.tensor(rates, dtype=torch.int64, device=device)
+        self.offsets = torch.tensor(offsets, dtype=torch.int64, device=device)
+
+    def keep(self, frames_fed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """[B, total heads]: 1 where a sample is at or after the start, else 0."""
+        pos = frames_fed[:, None] * self.rates + self.offsets
+        return (pos >= 0).to(dtype)
+
+
 class _Pass:
     """One call through the layers: a step (``final=False``) or the tail."""
 
@@ -195,12 +244,17 @@ class _Pass:
         self.final = final
         self.rate = 1
         self.delay = 0
+        self.step_mask: _StepMask | None = None
+        self.step_keep: torch.Tensor | None = None
 
     def _cached(self) -> torch.Tensor:
         return self.old[len(self.new)]
 
     def run(self, x: torch.Tensor) -> tuple[torch.Tensor, State]:
         dac = self.net.dac
+        if not self.final and x.shape[-1] > 0:
+            self.step_mask = self.net.step_mask(x.shape[-1], x.device)
+            self.step_keep = self.step_mask.keep(self.frames_fed, self.old[0].dtype)
         x = self._conv(dac.conv1, x)
         for block in _blocks(dac):
             x = self._conv_t(block.conv_t1, self.net.activation(block.snake1, x))
@@ -215,9 +269,14 @@ class _Pass:
         # Only the first ``delay`` samples can lie before the start (frames_fed
         # >= 0); x is always a fresh tensor here, so mask it in place.
         head = min(x.shape[-1], self.delay)
-        first = self.frames_fed * self.rate - self.delay  # [B]
-        pos = first[:, None, None] + torch.arange(head, device=x.device)
-        x[..., :head].mul_((pos >= 0).to(x.dtype))
+        if self.step_mask is not None and self.step_keep is not None:
+            lo, hi = self.step_mask.bounds[self.layer]
+            assert hi - lo == head, "a step's layer lengths are fixed by its frame count"
+            x[..., :head].mul_(self.step_keep[:, None, lo:hi].to(x.dtype))
+        else:
+            first = self.frames_fed * self.rate - self.delay  # [B]
+            pos = first[:, None, None] + torch.arange(head, device=x.device)
+            x[..., :head].mul_((pos >= 0).to(x.dtype))
         if self.keep:
             x = x[..., : self.keep[self.layer]]
         self.layer += 1

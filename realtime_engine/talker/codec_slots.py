@@ -61,7 +61,6 @@ class CodecSlots:
         # faster alone on an H200 but did not shorten the engine's step at 256 streams,
         # and the served run with it underran (docs/bench/RESULTS.md, section 9).
         self.stream_codec = StreamingCodec(codec, max_slots=slots + 1, fused=fused)
-        self.slots = slots
         self.trash = slots  # never a talker slot: padded batch rows go here
         self.device = self.stream_codec.device
         self.hop = self.stream_codec.hop
@@ -137,7 +136,7 @@ class CodecSlots:
         self.reset(slot)
         if frames <= 0:
             return
-        codes = self._gather(table, [slot], [first_row], frames)  # [1, Q, frames]
+        codes, _ = self._gather(table, [slot], [first_row], frames)  # [1, Q, frames]
         ready = self._record_current()
         with self.on_codec_stream():
             self._wait(ready)
@@ -161,9 +160,9 @@ class CodecSlots:
         size = next(s for s in self._sizes if s >= b) if self._graphs else b
         if self._inputs_free is not None:
             torch.cuda.current_stream(self.device).wait_event(self._inputs_free)
-        codes = self._gather(table, slots, rows, 1)
+        codes, index = self._gather(table, slots, rows, 1)
         self._codes_in[:b].copy_(codes)
-        self._slot_in[:b].copy_(self._host_index(slots))
+        self._slot_in[:b].copy_(index)
         if size > b:
             self._slot_in[b:size].fill_(self.trash)
             self._codes_in[b:size].zero_()
@@ -226,16 +225,17 @@ class CodecSlots:
 
     def _gather(
         self, table: torch.Tensor, slots: Sequence[int], rows: Sequence[int], frames: int
-    ) -> torch.Tensor:
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Clean codes ``[b, Q, frames]`` of frames starting at table row ``rows[i]``
-        of slot ``slots[i]`` (BOC/EOC and anything out of range become 0)."""
+        of slot ``slots[i]`` (BOC/EOC and anything out of range become 0), and the
+        slots as a device index."""
         meta = self._host_index([list(slots), list(rows)])
         t = torch.arange(frames, device=table.device)
         pos = meta[1][:, None, None] + t[None, :, None] + self._books.to(table.device)
         pos = pos.clamp(0, table.shape[1] - 1)
         codes = table[meta[0][:, None, None], pos, self._books.to(table.device)].long()
         codes = torch.where((codes < 0) | (codes >= CODEBOOK_SIZE), 0, codes)
-        return codes.transpose(1, 2).to(self.device)
+        return codes.transpose(1, 2).to(self.device), meta[0].to(self.device)
 
     def _record_current(self) -> torch.cuda.Event | None:
         if self.stream is None:

@@ -92,8 +92,6 @@ class SlotCodec:
         self.device_codec = CodecSlots(codec, slots, graphs=graphs)
         self.max_batch = max(1, max_batch)
         self.hop = self.device_codec.hop
-        self.num_codebooks = self.device_codec.num_codebooks
-        self.device = self.device_codec.device
         self._streams: dict[str, SlotStream] = {}
         self._ready: set[str] = set()  # streams that may have a chunk due
         self._feeding: set[str] = set()  # streams that may have frames to step

@@ -133,3 +133,17 @@ def reference_engine(tiny_talker: Any) -> Iterator[Any]:
     engine = HiggsEngine(runner, tiny_talker.tokenizer)
     yield engine
     asyncio.run(engine.close())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """With ``TESTS_NO_SKIPS=1`` (the CI run, which installs every optional
+    dependency) a skipped test fails: a skip there means an install step went
+    missing, not that the machine lacks an optional tool."""
+    outcome: Any = yield
+    report = outcome.get_result()
+    if report.skipped and os.environ.get("TESTS_NO_SKIPS") == "1":
+        report.outcome = "failed"
+        report.longrepr = (
+            f"skipped, but TESTS_NO_SKIPS=1 requires every test to run: {report.longrepr}"
+        )

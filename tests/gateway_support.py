@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 from collections.abc import AsyncIterator
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 from starlette.types import ASGIApp
+from websockets.asyncio.client import ClientConnection, connect
 
 from gateway.app import create_app
 from gateway.protocol import Limits, SessionConfig
@@ -97,3 +99,26 @@ def fake_app(engine: FakeEngine | None = None, **settings: Any) -> Starlette:
     return create_app(
         gateway_settings, engine or FakeEngine(), segmenter_factory=sentence_segmenter
     )
+
+
+async def open_session(base: str, key: str | None = None) -> ClientConnection:
+    """A WebSocket session on ``base`` (``http://host:port``), past ``session.created``."""
+    headers = {"Authorization": f"Bearer {key}"} if key else None
+    ws = await connect(base.replace("http", "ws") + "/v1/realtime", additional_headers=headers)
+    assert (await next_event(ws))["type"] == "session.created"
+    return ws
+
+
+async def next_event(ws: ClientConnection) -> dict[str, Any]:
+    """The next JSON event (audio frames skipped)."""
+    while True:
+        message = await ws.recv()
+        if isinstance(message, str):
+            event: dict[str, Any] = json.loads(message)
+            return event
+
+
+async def send_event(ws: ClientConnection, event: dict[str, Any]) -> dict[str, Any]:
+    """Send ``event``; the next JSON event back."""
+    await ws.send(json.dumps(event))
+    return await next_event(ws)

@@ -20,13 +20,14 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 import pytest_asyncio
+from gateway_support import open_session, send_event
 from haproxy_support import haproxy
 from prometheus_client.parser import text_string_to_metric_families
 from redis_support import redis_server, require_redis_client
 from server_process import ServerProcess, server_process
 from tcp_proxy import RoundRobinProxy
 from voice_clips_support import tone, wav_s16
-from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.client import ClientConnection
 
 pytestmark = pytest.mark.slow
 
@@ -75,26 +76,6 @@ def _auth(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
-async def _open(url: str, key: str) -> ClientConnection:
-    ws = await connect(url.replace("http", "ws") + "/v1/realtime", additional_headers=_auth(key))
-    assert (await _event(ws))["type"] == "session.created"
-    return ws
-
-
-async def _event(ws: ClientConnection) -> dict[str, Any]:
-    """The next JSON event (audio frames skipped)."""
-    while True:
-        message = await ws.recv()
-        if isinstance(message, str):
-            event: dict[str, Any] = json.loads(message)
-            return event
-
-
-async def _send(ws: ClientConnection, event: dict[str, Any]) -> dict[str, Any]:
-    await ws.send(json.dumps(event))
-    return await _event(ws)
-
-
 async def _speak(ws: ClientConnection, context_id: str, text: str) -> tuple[list[Any], int]:
     """Every event of one context up to its ``context.done``, and the audio bytes."""
     await ws.send(json.dumps({"type": "text.append", "context_id": context_id, "text": text}))
@@ -126,18 +107,18 @@ async def test_a_voice_made_through_one_replica_speaks_through_the_other(
 ) -> None:
     a, b = topology.replicas
     # Connections through the balancer alternate: the first lands on a, the second on b.
-    on_a = await _open(topology.url, KEYS[0])
-    on_b = await _open(topology.url, KEYS[0])
+    on_a = await open_session(topology.url, KEYS[0])
+    on_b = await open_session(topology.url, KEYS[0])
     try:
         assert topology.proxy.picks == [0, 1]
         audio = base64.b64encode(CLIP).decode()
-        created = await _send(
+        created = await send_event(
             on_a, {"type": "voice.create", "audio": audio, "voice_id": "shared", "text": "A tone."}
         )
         assert created["type"] == "voice.created" and created["cached"] is False, created
 
         update = {"type": "session.update", "session": {**SESSION, "voice": "shared"}}
-        updated = await _send(on_b, update)  # b never saw this voice: it asks the store
+        updated = await send_event(on_b, update)  # b never saw this voice: it asks the store
         assert updated["type"] == "session.updated", updated
         events, audio_bytes = await _speak(on_b, "one", "Hello from the other replica.")
         assert events[-1]["status"] == "completed", events
@@ -182,8 +163,8 @@ async def test_a_voice_made_through_one_replica_speaks_through_the_other(
         assert errors and errors[0]["error"]["code"] == "voice_not_found", events
         assert events[-1]["status"] == "failed"
         # and choosing it again is refused too, while the session lives on
-        await _send(on_b, {"type": "session.update", "session": {"voice": "default"}})
-        again = await _send(on_b, {"type": "session.update", "session": {"voice": "shared"}})
+        await send_event(on_b, {"type": "session.update", "session": {"voice": "default"}})
+        again = await send_event(on_b, {"type": "session.update", "session": {"voice": "shared"}})
         assert again["type"] == "error" and again["error"]["code"] == "voice_not_found", again
     finally:
         await on_a.close()
@@ -195,16 +176,18 @@ async def test_the_shipped_haproxy_config_carries_websockets_and_http(
 ) -> None:
     backends = [_host_port(r.url) for r in topology.replicas]
     async with haproxy(tmp_path, backends) as url:
-        first = await _open(url, KEYS[0])
-        second = await _open(url, KEYS[0])  # leastconn: the replica without a session
+        first = await open_session(url, KEYS[0])
+        second = await open_session(url, KEYS[0])  # leastconn: the replica without a session
         try:
             sessions = [await _gauge(r, "speech_sessions_active") for r in topology.replicas]
             assert sessions == [1.0, 1.0]
             audio = base64.b64encode(CLIP).decode()
-            created = await _send(first, {"type": "voice.create", "audio": audio, "voice_id": "lb"})
+            created = await send_event(
+                first, {"type": "voice.create", "audio": audio, "voice_id": "lb"}
+            )
             assert created["type"] == "voice.created", created
             update = {"type": "session.update", "session": {**SESSION, "voice": "lb"}}
-            assert (await _send(second, update))["type"] == "session.updated"
+            assert (await send_event(second, update))["type"] == "session.updated"
             events, audio_bytes = await _speak(second, "one", "Through the balancer.")
             assert events[-1]["status"] == "completed" and audio_bytes > 0, events
             encodes = sorted(

@@ -13,11 +13,10 @@ import copy
 import numpy as np
 import pytest
 import torch
+from capture_support import DeviceOnlyOps
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from streaming_support import random_tiny_codec, whole
-from torch.utils import _pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.delay import apply_delay
@@ -271,22 +270,6 @@ def test_a_stream_preempted_anywhere_resumes_in_any_slot_unchanged(
     assert peak_error(h.audio("o"), offline(codec, other)) <= 1e-5
 
 
-class _DeviceOnlyOps(TorchDispatchMode):
-    """Records every op that receives a tensor off the step's device."""
-
-    def __init__(self, device: torch.device) -> None:
-        super().__init__()
-        self.device = device
-        self.offenders: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        kwargs = kwargs or {}
-        for leaf in pytree.tree_leaves((args, kwargs)):
-            if isinstance(leaf, torch.Tensor) and leaf.device != self.device:
-                self.offenders.append(f"{func} got a {leaf.device} tensor {tuple(leaf.shape)}")
-        return func(*args, **kwargs)
-
-
 @pytest.mark.parametrize("size", [1, 3])
 def test_the_codec_step_is_capturable_no_host_tensors_reads_or_data_dependent_shapes(
     size: int,
@@ -298,7 +281,7 @@ def test_the_codec_step_is_capturable_no_host_tensors_reads_or_data_dependent_sh
     meta = torch.device("meta")
     codec = CodecDecoder(CodecDims.tiny()).to(meta)
     slots = CodecSlots(codec, 3)
-    watch = _DeviceOnlyOps(meta)
+    watch = DeviceOnlyOps(meta)
     with watch:
         slots._run(size)
     assert watch.offenders == []

@@ -15,10 +15,9 @@ import itertools
 import numpy as np
 import pytest
 import torch
-import torch.utils._pytree as pytree
+from capture_support import DeviceOnlyOps
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from realtime_engine.codec.delay import revert_delay
 from realtime_engine.talker.termination import eoc_bounds
@@ -234,22 +233,6 @@ def test_a_failed_capture_stops_the_engine_with_the_cause() -> None:
         assert torch.equal(x, y)
 
 
-class _DeviceOnlyOps(TorchDispatchMode):
-    """Records every op that receives a tensor off the step's device."""
-
-    def __init__(self, device: torch.device) -> None:
-        super().__init__()
-        self.device = device
-        self.offenders: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        kwargs = kwargs or {}
-        for leaf in pytree.tree_leaves((args, kwargs)):
-            if isinstance(leaf, torch.Tensor) and leaf.device != self.device:
-                self.offenders.append(f"{func} got a {leaf.device} tensor {tuple(leaf.shape)}")
-        return func(*args, **kwargs)
-
-
 @pytest.mark.parametrize("batch", [1, 3, MAX_SLOTS + 1])
 def test_the_step_is_capturable_no_host_tensors_reads_or_data_dependent_shapes(
     batch: int,
@@ -263,7 +246,7 @@ def test_the_step_is_capturable_no_host_tensors_reads_or_data_dependent_shapes(
     logits = torch.empty(batch, WIDTH, device=meta)
     idx = torch.empty(batch, dtype=torch.int64, device=meta)
     seq_lens = torch.empty(batch, dtype=torch.int64, device=meta)
-    watch = _DeviceOnlyOps(meta)
+    watch = DeviceOnlyOps(meta)
     with watch:
         tokens, real, packed = slots.step(logits, idx, seq_lens)
     assert watch.offenders == []

@@ -17,12 +17,13 @@ from typing import Any
 import numpy as np
 import pytest
 from vllm_support.cpu_env import apply_cpu_vllm_env, vllm_available
-from vllm_support.parallel_engine import (
+from vllm_support.talker_engine import (
     GREEDY,
     LoopThread,
     assert_close_to_peak,
     audio_of,
     collect,
+    greedy_rows_together,
     offline_audio,
     reference_rows,
     sample_prompts,
@@ -57,7 +58,7 @@ def prompts(tiny_checkpoint: Path) -> list[TalkerPrompt]:
 
 @pytest.fixture(scope="module")
 def expected(tiny_checkpoint: Path, prompts: list[TalkerPrompt]) -> list[np.ndarray]:
-    return reference_rows(tiny_checkpoint, prompts, ROWS)
+    return reference_rows(tiny_checkpoint, prompts, fixed_rows=ROWS)
 
 
 @pytest.fixture(scope="module")
@@ -73,18 +74,8 @@ def test_requests_spread_over_both_ranks_give_the_reference_greedy_rows(
     engine: tuple[Any, LoopThread], prompts: list[TalkerPrompt], expected: list[np.ndarray]
 ) -> None:
     runner, loops = engine
-
-    async def together() -> list[np.ndarray]:
-        return list(
-            await asyncio.gather(
-                *(
-                    collect(runner.submit(TalkerRequest(f"rows{i}", p, GREEDY, fixed_rows=ROWS)))
-                    for i, p in enumerate(prompts)
-                )
-            )
-        )
-
-    for i, (got, want) in enumerate(zip(loops.run(together()), expected, strict=True)):
+    got_rows = greedy_rows_together(runner, loops, prompts, "rows", ROWS)
+    for i, (got, want) in enumerate(zip(got_rows, expected, strict=True)):
         np.testing.assert_array_equal(got, want, err_msg=f"prompt {i}")
 
 

@@ -7,20 +7,31 @@ event loop in a background thread and tests submit coroutines to it.
 from __future__ import annotations
 
 import asyncio
-import copy
-import threading
 import time
-from collections.abc import AsyncIterator, Coroutine, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import pytest
-import torch
 from vllm_support.cpu_env import apply_cpu_vllm_env, vllm_available
+from vllm_support.talker_engine import (
+    BLOCK_SIZE,
+    EXACT,
+    GREEDY,
+    KV_BLOCKS,
+    TEXTS,
+    LoopThread,
+    assert_close_to_peak,
+    audio_of,
+    collect,
+    offline_audio,
+    sample_prompts,
+    start_runner,
+)
+from vllm_support.talker_engine import reference_rows as reference
 
 from realtime_engine.codec.delay import apply_delay, revert_delay
-from realtime_engine.codec.streaming import rows_to_frames
 from realtime_engine.engines.base import ChunkingParams
 from realtime_engine.model.prompts import build_clone_prompt, build_zero_shot_prompt
 from realtime_engine.model.tokenizer import HiggsTokenizer
@@ -36,35 +47,6 @@ pytestmark = [
     pytest.mark.skipif(not vllm_available(), reason="vllm and triton are not installed"),
 ]
 
-T = TypeVar("T")
-GREEDY = TalkerSampling(temperature=0.0)
-BLOCK_SIZE = 32  # CPU attention needs multiples of 32
-KV_BLOCKS = 5  # one block is vLLM's reserved null block: 128 usable tokens
-TEXTS = ("hello world", "the quick brown fox jumps over the lazy dog", "thank you")
-
-
-class LoopThread:
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self._thread.start()
-
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 300) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout=10)
-
-
-async def collect(it: AsyncIterator[np.ndarray], limit: int | None = None) -> np.ndarray:
-    rows = []
-    async for row in it:
-        rows.append(row)
-        if limit is not None and len(rows) == limit:
-            break
-    return np.stack(rows) if rows else np.zeros((0, 8), dtype=np.int64)
-
 
 async def generate(runner: Any, request: TalkerRequest, limit: int | None = None) -> np.ndarray:
     return await collect(runner.submit(request), limit)
@@ -73,24 +55,8 @@ async def generate(runner: Any, request: TalkerRequest, limit: int | None = None
 @pytest.fixture(scope="module")
 def engine(tiny_checkpoint: Path) -> Iterator[tuple[Any, LoopThread]]:
     apply_cpu_vllm_env()
-    from realtime_engine.talker.vllm_runner import VllmTalkerRunner
-
     loops = LoopThread()
-
-    async def start() -> VllmTalkerRunner:
-        # A deliberately small KV cache (4 usable blocks of 32 tokens) so that concurrent
-        # requests get preempted and recomputed.
-        return VllmTalkerRunner.from_model_dir(
-            tiny_checkpoint,
-            max_num_seqs=4,
-            max_model_len=(KV_BLOCKS - 1) * BLOCK_SIZE,
-            dtype="float32",
-            enforce_eager=True,
-            block_size=BLOCK_SIZE,
-            num_gpu_blocks_override=KV_BLOCKS,
-        )
-
-    runner = loops.run(start(), timeout=900)
+    runner = start_runner(tiny_checkpoint, loops)
     yield runner, loops
     loops.run(runner.close())
     loops.stop()
@@ -102,30 +68,13 @@ def tokenizer(tiny_checkpoint: Path) -> HiggsTokenizer:
 
 
 @pytest.fixture(scope="module")
-def prompts(tokenizer: HiggsTokenizer) -> list[TalkerPrompt]:
-    ref_codes = np.random.default_rng(3).integers(0, 1024, size=(12, 8))
-    clone = build_clone_prompt(tokenizer, "a cloned voice", ref_codes, ref_text="hello")
-    return [*(build_zero_shot_prompt(tokenizer, t) for t in TEXTS), clone]
+def prompts(tiny_checkpoint: Path) -> list[TalkerPrompt]:
+    return sample_prompts(tiny_checkpoint)
 
 
 @pytest.fixture(scope="module")
 def reference_rows(tiny_checkpoint: Path, prompts: list[TalkerPrompt]) -> list[np.ndarray]:
-    from realtime_engine.model.loader import load_talker
-    from realtime_engine.talker.reference_runner import ReferenceRunner
-
-    tiny = load_talker(tiny_checkpoint, with_codec=False)
-
-    async def run() -> list[np.ndarray]:
-        runner = ReferenceRunner(tiny.model)
-        try:
-            return [
-                await collect(runner.submit(TalkerRequest(f"r{i}", p, GREEDY, max_new_tokens=24)))
-                for i, p in enumerate(prompts)
-            ]
-        finally:
-            await runner.close()
-
-    return asyncio.run(run())
+    return reference(tiny_checkpoint, prompts, max_new_tokens=24)
 
 
 def test_greedy_rows_equal_the_reference_one_at_a_time(
@@ -354,10 +303,6 @@ def test_greedy_rows_equal_the_reference_for_engine_clone_prompts(
 
 # ----------------------------------------------------------------- audio from the engine core
 
-EXACT = ChunkingParams(
-    first_chunk_frames=4, chunk_frames=25, left_context_frames=12, right_holdback_frames=10
-)
-
 
 @pytest.fixture(scope="module")
 def codec(tiny_checkpoint: Path) -> Any:
@@ -366,34 +311,6 @@ def codec(tiny_checkpoint: Path) -> Any:
     loaded = load_talker(tiny_checkpoint)
     assert loaded.codec is not None
     return loaded.codec
-
-
-def offline_audio(codec: Any, rows: np.ndarray) -> np.ndarray:
-    """The whole utterance decoded in one codec call, exactly (in float64): the
-    reference for streamed audio (a float32 whole decode is itself ~1e-5 of the
-    peak off it on the tiny random codec)."""
-    frames = torch.from_numpy(rows_to_frames(rows)[None])
-    return copy.deepcopy(codec).double().decode(frames)[0, 0].numpy()
-
-
-async def audio_of(
-    runner: Any, request: TalkerRequest, chunking: ChunkingParams = EXACT
-) -> np.ndarray:
-    frame = 0
-    pcm = []
-    final = 0
-    async for chunk in runner.speak(request, chunking):
-        assert chunk.start_frame == frame
-        frame += chunk.pcm.size // 960
-        pcm.append(chunk.pcm)
-        final += chunk.final
-    assert final == 1
-    return np.concatenate(pcm)
-
-
-def assert_close_to_peak(got: np.ndarray, want: np.ndarray) -> None:
-    assert got.shape == want.shape
-    assert float(np.abs(got - want).max()) <= 1e-5 * float(np.abs(want).max())
 
 
 def test_audio_from_the_engine_core_equals_the_offline_decode_of_the_greedy_rows(

@@ -19,13 +19,13 @@ from typing import Any
 import numpy as np
 import pytest
 from vllm_support.cpu_env import apply_cpu_vllm_env, vllm_available
-from vllm_support.parallel_engine import (
+from vllm_support.talker_engine import (
     GREEDY,
     LoopThread,
     assert_close_to_peak,
     audio_of,
-    collect,
     environment,
+    greedy_rows_together,
     offline_audio,
     reference_rows,
     sample_prompts,
@@ -62,25 +62,15 @@ def prompts(tiny_checkpoint: Path) -> list[TalkerPrompt]:
 
 @pytest.fixture(scope="module")
 def expected(tiny_checkpoint: Path, prompts: list[TalkerPrompt]) -> list[np.ndarray]:
-    return reference_rows(tiny_checkpoint, prompts, ROWS)
+    return reference_rows(tiny_checkpoint, prompts, fixed_rows=ROWS)
 
 
 def test_two_tensor_parallel_ranks_give_the_one_device_greedy_rows_once(
     engine: tuple[Any, LoopThread], prompts: list[TalkerPrompt], expected: list[np.ndarray]
 ) -> None:
     runner, loops = engine
-
-    async def together() -> list[np.ndarray]:
-        return list(
-            await asyncio.gather(
-                *(
-                    collect(runner.submit(TalkerRequest(f"tp{i}", p, GREEDY, fixed_rows=ROWS)))
-                    for i, p in enumerate(prompts)
-                )
-            )
-        )
-
-    for i, (got, want) in enumerate(zip(loops.run(together()), expected, strict=True)):
+    got_rows = greedy_rows_together(runner, loops, prompts, "tp", ROWS)
+    for i, (got, want) in enumerate(zip(got_rows, expected, strict=True)):
         np.testing.assert_array_equal(got, want, err_msg=f"prompt {i}")
 
 

@@ -12,8 +12,9 @@ from typing import Any
 import httpx
 import pytest
 import pytest_asyncio
+from gateway_support import next_event, open_session, send_event
 from voice_clips_support import MALFORMED, STEREO, tone, wav_s16
-from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.client import ClientConnection
 
 from bench.server import gateway_app, serve
 from realtime_engine.engines.fake import FakeEngine
@@ -33,30 +34,9 @@ class CloningFakeEngine(FakeEngine):
         return np.zeros((-(-pcm.size // 960), 8), dtype=np.int64)
 
 
-async def _open(base: str, key: str | None = None) -> ClientConnection:
-    headers = {"Authorization": f"Bearer {key}"} if key else None
-    ws = await connect(base.replace("http", "ws") + "/v1/realtime", additional_headers=headers)
-    assert (await _event(ws))["type"] == "session.created"
-    return ws
-
-
-async def _event(ws: ClientConnection) -> dict[str, Any]:
-    """The next JSON event (audio frames skipped)."""
-    while True:
-        message = await ws.recv()
-        if isinstance(message, str):
-            event: dict[str, Any] = json.loads(message)
-            return event
-
-
-async def _send(ws: ClientConnection, event: dict[str, Any]) -> dict[str, Any]:
-    await ws.send(json.dumps(event))
-    return await _event(ws)
-
-
 async def _create(ws: ClientConnection, audio: bytes, **fields: Any) -> dict[str, Any]:
     event = {"type": "voice.create", "audio": base64.b64encode(audio).decode(), **fields}
-    return await _send(ws, event)
+    return await send_event(ws, event)
 
 
 async def _speak(ws: ClientConnection, context_id: str, text: str) -> list[dict[str, Any]]:
@@ -65,7 +45,7 @@ async def _speak(ws: ClientConnection, context_id: str, text: str) -> list[dict[
     await ws.send(json.dumps({"type": "context.end", "context_id": context_id}))
     events = []
     while True:
-        events.append(await _event(ws))
+        events.append(await next_event(ws))
         if events[-1]["type"] == "context.done":
             return events
 
@@ -82,8 +62,8 @@ async def test_create_use_delete_then_use_again_is_refused(
     higgs: tuple[str, HiggsEngine],
 ) -> None:
     base, engine = higgs
-    ws = await _open(base)
-    other = await _open(base)
+    ws = await open_session(base)
+    other = await open_session(base)
     try:
         created = await _create(ws, CLIP, voice_id="mine", text="a steady tone.")
         assert created["type"] == "voice.created", created
@@ -91,12 +71,12 @@ async def test_create_use_delete_then_use_again_is_refused(
         again = await _create(ws, CLIP, voice_id="mine", text="a steady tone.")
         assert again["cached"] is True and engine.reference_encodes == 1
         update = {"type": "session.update", "session": {**SESSION, "voice": "mine"}}
-        updated = await _send(ws, update)
+        updated = await send_event(ws, update)
         assert updated["type"] == "session.updated" and updated["session"]["voice"] == "mine"
         done = (await _speak(ws, "a", "Hello world. The quick brown fox."))[-1]
         assert done["status"] == "completed", done
         # the same key on another socket sees the voice
-        seen = await _send(other, {"type": "session.update", "session": {"voice": "mine"}})
+        seen = await send_event(other, {"type": "session.update", "session": {"voice": "mine"}})
         assert seen["type"] == "session.updated"
         async with httpx.AsyncClient(base_url=base) as client:
             listed = (await client.get("/v1/voices")).json()["data"]
@@ -108,8 +88,8 @@ async def test_create_use_delete_then_use_again_is_refused(
         assert errors and errors[0]["error"]["code"] == "voice_not_found", events
         assert events[-1]["status"] == "failed"
         # the session lives on, and choosing the deleted voice again is refused
-        await _send(ws, {"type": "session.update", "session": {"voice": "default"}})
-        refused = await _send(ws, {"type": "session.update", "session": {"voice": "mine"}})
+        await send_event(ws, {"type": "session.update", "session": {"voice": "default"}})
+        refused = await send_event(ws, {"type": "session.update", "session": {"voice": "mine"}})
         assert refused["type"] == "error" and refused["error"]["code"] == "voice_not_found"
         assert (await _speak(ws, "c", "Still here."))[-1]["status"] == "completed"
     finally:
@@ -120,10 +100,10 @@ async def test_create_use_delete_then_use_again_is_refused(
 async def test_keys_do_not_see_each_others_voices() -> None:
     app = gateway_app(CloningFakeEngine(), api_keys=("key-a", "key-b"))
     async with serve(app) as base:
-        a, b = await _open(base, "key-a"), await _open(base, "key-b")
+        a, b = await open_session(base, "key-a"), await open_session(base, "key-b")
         try:
             assert (await _create(a, CLIP, voice_id="private"))["type"] == "voice.created"
-            used = await _send(b, {"type": "session.update", "session": {"voice": "private"}})
+            used = await send_event(b, {"type": "session.update", "session": {"voice": "private"}})
             assert used["type"] == "error" and used["error"]["code"] == "voice_not_found"
             async with httpx.AsyncClient(base_url=base) as client:
                 as_b = {"Authorization": "Bearer key-b"}
@@ -143,7 +123,7 @@ async def test_malformed_clips_are_refused_and_the_session_survives(
     name: str, clip: bytes, message: str
 ) -> None:
     async with serve(gateway_app(CloningFakeEngine())) as base:
-        ws = await _open(base)
+        ws = await open_session(base)
         try:
             refused = await _create(ws, clip, voice_id="bad")
             assert refused["type"] == "error", refused
@@ -162,9 +142,9 @@ async def test_malformed_clips_are_refused_and_the_session_survives(
 
 async def test_empty_audio_and_stereo() -> None:
     async with serve(gateway_app(CloningFakeEngine())) as base:
-        ws = await _open(base)
+        ws = await open_session(base)
         try:
-            empty = await _send(ws, {"type": "voice.create", "audio": ""})
+            empty = await send_event(ws, {"type": "voice.create", "audio": ""})
             assert empty["type"] == "error" and empty["error"]["code"] == "invalid_value"
             stereo = await _create(ws, STEREO)  # mixed down to mono
             assert stereo["type"] == "voice.created" and stereo["duration_s"] == 1.5
@@ -187,7 +167,7 @@ async def test_ref_audio_voice_create_and_voice_field_share_the_cached_codes() -
         )
         assert inline.status_code == 200, inline.text
         assert library.stats().encodes == 1
-        ws = await _open(base, "key-a")
+        ws = await open_session(base, "key-a")
         try:
             created = await _create(ws, CLIP, voice_id="named", text="a tone.")
         finally:
@@ -213,13 +193,13 @@ async def test_ref_audio_voice_create_and_voice_field_share_the_cached_codes() -
 async def test_a_contexts_segments_share_its_voice_and_continuity() -> None:
     engine = CloningFakeEngine()
     async with serve(gateway_app(engine)) as base:
-        ws = await _open(base)
+        ws = await open_session(base)
         try:
             await _create(ws, CLIP, voice_id="mine")
-            await _send(ws, {"type": "session.update", "session": {"voice": "mine"}})
+            await send_event(ws, {"type": "session.update", "session": {"voice": "mine"}})
             text = "First sentence here. Second sentence here. Third one."
             assert (await _speak(ws, "a", text))[-1]["status"] == "completed"
-            await _send(ws, {"type": "session.update", "session": {"voice": "default"}})
+            await send_event(ws, {"type": "session.update", "session": {"voice": "default"}})
             assert (await _speak(ws, "b", text))[-1]["status"] == "completed"
         finally:
             await ws.close()

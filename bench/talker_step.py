@@ -34,6 +34,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from realtime_engine.format import CODEC_KERNELS, DEFAULT_CODEC_KERNELS
+from realtime_engine.talker.vllm_protocol import CODEC_CONFIG_KEY
+
 REPO = Path(__file__).resolve().parent.parent
 PLUGIN_ENTRY = "realtime_engine.talker.vllm_plugin:register"
 # Token ids of the released tokenizer; with dummy weights only their range matters.
@@ -118,7 +121,12 @@ def plugin_path(root: Path) -> Path:
 
 
 def measure(
-    kind: str, model_dir: str, batches: list[int], lens: tuple[int, int], cpu: bool
+    kind: str,
+    model_dir: str,
+    batches: list[int],
+    lens: tuple[int, int],
+    cpu: bool,
+    codec_kernels: str = DEFAULT_CODEC_KERNELS,
 ) -> dict[str, Any]:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
@@ -135,6 +143,7 @@ def measure(
         max_model_len=512,
         enable_prefix_caching=False,
         gpu_memory_utilization=0.85,
+        additional_config={CODEC_CONFIG_KEY: {"kernels": codec_kernels}} if audio else {},
     )
     init_s = time.perf_counter() - t0
     assert llm.llm_engine.vllm_config.use_v2_model_runner
@@ -222,6 +231,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--audio-model", default=None, help="checkpoint with a codec (higgs_audio)")
+    ap.add_argument(
+        "--codec-kernels",
+        default=DEFAULT_CODEC_KERNELS,
+        help=f"higgs_audio: comma-separated, one run each, of {', '.join(CODEC_KERNELS)}",
+    )
     ap.add_argument("--_one", nargs=3, metavar=("KIND", "DIR", "JSON"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     default_batches = "1,4" if args.cpu_smoke else "1,16,64,256"
@@ -230,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args._one:
         kind, model_dir, out_json = args._one
-        result = measure(kind, model_dir, batches, lens, args.cpu_smoke)
+        result = measure(kind, model_dir, batches, lens, args.cpu_smoke, args.codec_kernels)
         Path(out_json).write_text(json.dumps(result))
         return 0
 
@@ -261,23 +275,31 @@ def main(argv: list[str] | None = None) -> int:
             env.setdefault("TRITON_INTERPRET", "1")
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
         env["PYTHONPATH"] = os.pathsep.join([*paths, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-        for kind in args.models.split(","):
-            result_file = root / f"{kind}.json"
+        runs = [
+            (kind, kernels)
+            for kind in args.models.split(",")
+            for kernels in (args.codec_kernels.split(",") if kind == "higgs_audio" else [""])
+        ]
+        for kind, kernels in runs:
+            name = f"{kind}[{kernels}]" if kernels and kernels != DEFAULT_CODEC_KERNELS else kind
+            result_file = root / f"{name}.json"
             cmd = [
                 sys.executable,
                 "-m",
                 "bench.talker_step",
                 "--batches",
                 ",".join(map(str, batches)),
+                "--codec-kernels",
+                kernels or DEFAULT_CODEC_KERNELS,
             ]
             if args.cpu_smoke:
                 cmd.append("--cpu-smoke")
             cmd += ["--_one", kind, str(dirs[kind]), str(result_file)]
             proc = subprocess.run(cmd, env=env, cwd=REPO)
             if proc.returncode != 0:
-                report[kind] = {"error": f"exit code {proc.returncode}"}
+                report[name] = {"error": f"exit code {proc.returncode}"}
                 continue
-            report[kind] = json.loads(result_file.read_text())
+            report[name] = json.loads(result_file.read_text())
     try:
         import vllm
 
@@ -286,7 +308,8 @@ def main(argv: list[str] | None = None) -> int:
         pass
     (out_dir / "talker_step.json").write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=2))
-    return 0 if all("error" not in report.get(k, {}) for k in args.models.split(",")) else 1
+    failed = [k for k, v in report.items() if isinstance(v, dict) and "error" in v]
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -18,7 +18,12 @@ from gateway.settings import GatewaySettings
 from gateway.state import GatewayState
 from gateway.voice_backends import check_voice_store
 from realtime_engine.engines.base import EngineError, SpeechEngine
-from realtime_engine.format import CODEC_PRECISIONS, DEFAULT_CODEC_PRECISION
+from realtime_engine.format import (
+    CODEC_KERNELS,
+    CODEC_PRECISIONS,
+    DEFAULT_CODEC_KERNELS,
+    DEFAULT_CODEC_PRECISION,
+)
 from realtime_engine.talker.backends import (
     TALKER_BACKENDS,
     TalkerOptions,
@@ -84,6 +89,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_CODEC_PRECISION,
         help="codec arithmetic on CUDA (the CPU always computes fp32): tf32 (the default, "
         "~1e-3 of the peak), fp32 (IEEE) or bf16",
+    )
+    serve.add_argument(
+        "--codec-kernels",
+        choices=CODEC_KERNELS,
+        default=DEFAULT_CODEC_KERNELS,
+        help="how the codec step runs on CUDA: eager PyTorch operators, snake (each activation "
+        "one Triton kernel) or compiled (the whole step through torch.compile); one CUDA "
+        f"graph per batch bucket either way (default {DEFAULT_CODEC_KERNELS})",
     )
     serve.add_argument(
         "--codec-batch",
@@ -196,6 +209,7 @@ def build_engine(
     talker: TalkerOptions | None = None,
     codec_precision: str = DEFAULT_CODEC_PRECISION,
     codec_batch: int = 64,
+    codec_kernels: str = DEFAULT_CODEC_KERNELS,
     fake_options: dict[str, object] | None = None,
 ) -> SpeechEngine:
     if kind == "fake":
@@ -219,6 +233,7 @@ def build_engine(
         talker=talker,
         codec_precision=codec_precision,
         codec_batch=codec_batch,
+        codec_kernels=codec_kernels,
     )
     return engine
 
@@ -332,6 +347,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             talker,
             args.codec_precision,
             args.codec_batch,
+            args.codec_kernels,
             args.fake_options,
         )
     except EngineError as e:

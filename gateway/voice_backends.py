@@ -151,4 +151,3 @@ def check_voice_store(store_url: str, voice_dir: str) -> None:
         raise ValueError(
             "--voice-store needs the redis client: pip install 'realtime-speech-gateway[redis]'"
         )
-

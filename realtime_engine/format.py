@@ -33,6 +33,13 @@ DELAY_ROWS: Final = NUM_CODEBOOKS - 1
 CODEC_PRECISIONS: Final = ("fp32", "tf32", "bf16")
 DEFAULT_CODEC_PRECISION: Final = "tf32"
 
+# How the served codec step runs on CUDA: ``eager`` (PyTorch operators, one
+# CUDA graph per batch bucket), ``snake`` (each activation one Triton kernel)
+# or ``compiled`` (the whole step through torch.compile, elementwise passes,
+# state gathers and scatters fused; still one graph per bucket).
+CODEC_KERNELS: Final = ("eager", "snake", "compiled")
+DEFAULT_CODEC_KERNELS: Final = "eager"
+
 # Bounds of a chunking (the protocol's limits; the engine's per-slot PCM ring
 # is sized from them).
 MAX_FIRST_CHUNK_FRAMES: Final = 100

@@ -15,14 +15,17 @@ def test_writes_one_row_per_setting_with_consistent_rates_and_small_errors(
     tmp_path: Path,
 ) -> None:
     argv = ["--tiny", "--batches", "1,2", "--precisions", "fp32,tf32", "--error-frames", "12"]
+    argv += ["--kernels", "fp32:snake"]
     assert main([*argv, "--iters", "1", "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "codec_throughput.json").read_text())
     rows = report["results"]
-    assert [(r["precision"], r["batch"]) for r in rows] == [
-        ("fp32", 1),
-        ("fp32", 2),
-        ("tf32", 1),
-        ("tf32", 2),
+    assert [(r["precision"], r["kernels"], r["batch"]) for r in rows] == [
+        ("fp32", "eager", 1),
+        ("fp32", "eager", 2),
+        ("tf32", "eager", 1),
+        ("tf32", "eager", 2),
+        ("fp32", "snake", 1),  # the Triton activation is CUDA's: eager arithmetic on the CPU
+        ("fp32", "snake", 2),
     ]
     for r in rows:
         assert r["ms_per_step"] > 0
@@ -31,7 +34,7 @@ def test_writes_one_row_per_setting_with_consistent_rates_and_small_errors(
             0.2 + 0.01 * r["audio_s_per_s"]
         )
     # the CPU computes fp32 whatever the precision: the streamed audio is the exact decode
-    assert set(report["errors"]) == {"fp32", "tf32"}
+    assert set(report["errors"]) == {"fp32/eager", "tf32/eager", "fp32/snake"}
     assert all(0 <= e < 1e-5 for e in report["errors"].values())
 
 

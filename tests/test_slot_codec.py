@@ -62,8 +62,8 @@ def peak_error(a: np.ndarray, b: np.ndarray) -> float:
 class Harness:
     """A talker stand-in: writes rows into a table, tells the codec, collects chunks."""
 
-    def __init__(self, codec: CodecDecoder) -> None:
-        self.codec = SlotCodec(codec, slots=SLOTS, max_batch=3)
+    def __init__(self, codec: CodecDecoder, kernels: str = "eager") -> None:
+        self.codec = SlotCodec(codec, slots=SLOTS, max_batch=3, kernels=kernels)
         # stale garbage everywhere: a leak from an earlier request would show
         self.table = torch.randint(0, 1026, (SLOTS, POSITIONS, 8), dtype=torch.int16)
         self.chunks: dict[str, list[tuple[int, np.ndarray, bool]]] = {}
@@ -286,3 +286,40 @@ def test_the_codec_step_is_capturable_no_host_tensors_reads_or_data_dependent_sh
         slots._run(size)
     assert watch.offenders == []
     assert slots.ring.device == meta
+
+
+def test_the_compiled_step_gives_the_eager_streams_arithmetic(codec: CodecDecoder) -> None:
+    """``kernels="compiled"``: the whole step through torch.compile (Inductor's CPU
+    code here; its CUDA code on a GPU) fuses the passes without changing the
+    arithmetic beyond float32 rounding: arrivals in any grouping, a stream
+    preempted and resumed in another slot while its slot is reused, every batch
+    size, from two traces only (batch 1, and one for every larger batch)."""
+    from torch._dynamo.utils import counters
+
+    h = Harness(codec, kernels="compiled")
+    traced = counters["stats"]["unique_graphs"]
+    h.codec.warm_up()
+    exact = get_preset("exact")
+    rows = [talker_rows(n, seed) for seed, n in enumerate([33, 9, 21])]
+    for i, slot in enumerate([2, 0, 3]):
+        h.open(f"r{i}", slot, 3 * i, exact)
+    run(h, rows, [1, 4, 2, 7, 3])
+    for i, r in enumerate(rows):
+        assert peak_error(h.audio(f"r{i}"), offline(codec, r)) <= 1e-5
+    p, other = talker_rows(26, 21), talker_rows(12, 22)
+    h.open("p", 1, 0, exact)
+    h.write("p", p, 0, 15, False)
+    h.step()
+    moved = h.codec.detach("p")
+    assert moved is not None
+    h.open("o", 1, 40, exact)
+    h.write("o", other, 0, len(other), True)
+    h.step()
+    h.table[3, :15] = torch.from_numpy(p[:15])  # its rows restored, at its base
+    h.codec.attach(moved, 3)
+    h.write("p", p, 15, len(p), True)
+    h.step()
+    h.step()
+    assert peak_error(h.audio("p"), offline(codec, p)) <= 1e-5
+    assert peak_error(h.audio("o"), offline(codec, other)) <= 1e-5
+    assert counters["stats"]["unique_graphs"] - traced == 2

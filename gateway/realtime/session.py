@@ -82,7 +82,6 @@ def error_event(detail: ErrorDetail) -> ErrorEvent:
     return ErrorEvent(reply_to=detail.reply_to, error=detail)
 
 
-
 def requested_voice(data: str, limits: Limits) -> str | None:
     """The voice a ``session.update`` asks for, read ahead of the session so the
     pipeline can look it up in a shared voice store first; None for anything else."""
@@ -96,6 +95,7 @@ def requested_voice(data: str, limits: Limits) -> str | None:
         return None
     voice = event.session.get("voice")
     return voice if isinstance(voice, str) else None
+
 
 class Session:
     def __init__(

@@ -124,12 +124,17 @@ class StreamingCodec:
         in range) -> committed PCM [B, n * hop] float32, on the codec's device.
 
         Slots must be distinct within a call."""
-        index = self._index(slots)
+        with self.codec.compute_context():
+            return self.advance_slots(self._index(slots), codes)
+
+    def advance_slots(self, index: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
+        """:meth:`step`'s body for a device slot index, in the caller's grad mode
+        and precision context: plain tensor operations only, so that it can be
+        traced whole by ``torch.compile``."""
         state = [b.index_select(0, index) for b in self.state]
         fed = self.frames_fed.index_select(0, index)
-        with self.codec.compute_context():
-            x = self.codec.acoustic_input(codes)
-            pcm, new = self.layers.advance(state, fed, x)
+        x = self.codec.acoustic_input(codes)
+        pcm, new = self.layers.advance(state, fed, x)
         for buffer, value in zip(self.state, new, strict=True):
             buffer.index_copy_(0, index, value.to(buffer.dtype))
         self.frames_fed.index_add_(0, index, torch.full_like(fed, codes.shape[-1]))

@@ -29,6 +29,8 @@ from realtime_engine.engines.base import (
 )
 from realtime_engine.engines.higgs_voices import ReferenceEncoder
 from realtime_engine.format import (
+    CODEC_KERNELS,
+    DEFAULT_CODEC_KERNELS,
     DEFAULT_CODEC_PRECISION,
     DELAY_ROWS,
     NUM_CODEBOOKS,
@@ -145,6 +147,7 @@ class HiggsEngine:
         talker: TalkerOptions | None = None,
         codec_precision: str = DEFAULT_CODEC_PRECISION,
         codec_batch: int = 64,
+        codec_kernels: str = DEFAULT_CODEC_KERNELS,
     ) -> HiggsEngine:
         """Load ``model`` (``tiny``, a directory or a cached HF id).
 
@@ -155,7 +158,7 @@ class HiggsEngine:
         (vLLM's engine core, or the reference runner's thread), in
         ``codec_precision`` (``fp32``: chunked output equals whole decoding;
         ``tf32``/``bf16``: faster on CUDA), up to ``codec_batch`` chunk windows
-        per call.
+        per call, its step run by ``codec_kernels`` (:data:`CODEC_KERNELS`).
         """
         from realtime_engine.codec.decoder import CODEC_PRECISIONS
         from realtime_engine.model.checkpoint import CodecView, SafetensorsCheckpoint
@@ -166,6 +169,8 @@ class HiggsEngine:
             talker = parse_talker_options(resolve_backend("auto"))
         if codec_precision not in CODEC_PRECISIONS:
             raise EngineError(f"codec precision must be one of {CODEC_PRECISIONS}")
+        if codec_kernels not in CODEC_KERNELS:
+            raise EngineError(f"codec kernels must be one of {CODEC_KERNELS}")
         dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if dtype is None:
             dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
@@ -188,6 +193,7 @@ class HiggsEngine:
                     max_positions=loaded.config.max_position_embeddings,
                     codec=codec,
                     codec_batch=codec_batch,
+                    codec_kernels=codec_kernels,
                 )
             else:
                 from realtime_engine.talker.vllm_runner import VllmTalkerRunner
@@ -205,6 +211,7 @@ class HiggsEngine:
                     gpu_memory_utilization=talker.gpu_memory_utilization,
                     codec_precision=codec_precision,
                     codec_batch=codec_batch,
+                    codec_kernels=codec_kernels,
                     **talker.parallel_args(),
                     **talker.engine_args,
                 )

@@ -23,13 +23,19 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
 from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.stream_core import StreamingCodec
-from realtime_engine.format import CODEBOOK_SIZE, MAX_CHUNK_FRAMES, MAX_HOLDBACK_FRAMES
+from realtime_engine.format import (
+    CODEBOOK_SIZE,
+    CODEC_KERNELS,
+    DEFAULT_CODEC_KERNELS,
+    MAX_CHUNK_FRAMES,
+    MAX_HOLDBACK_FRAMES,
+)
 from realtime_engine.talker.vllm_sampler_graphs import bucket_sizes
 
 logger = logging.getLogger("vllm.plugins.higgs_talker.codec")
@@ -54,13 +60,16 @@ class CodecSlots:
         slots: int,
         *,
         graphs: bool = False,
-        fused: bool = False,
+        kernels: str = DEFAULT_CODEC_KERNELS,
+        compile_backend: str = "inductor",
         ring_frames: int = RING_FRAMES,
     ) -> None:
-        # Eager activations by default: the fused kernel made the codec step 18-22%
-        # faster alone on an H200 but did not shorten the engine's step at 256 streams,
-        # and the served run with it underran (docs/bench/RESULTS.md, section 9).
-        self.stream_codec = StreamingCodec(codec, max_slots=slots + 1, fused=fused)
+        if kernels not in CODEC_KERNELS:
+            raise ValueError(f"codec kernels must be one of {CODEC_KERNELS}; got {kernels!r}")
+        self.kernels = kernels
+        self.stream_codec = StreamingCodec(
+            codec, max_slots=slots + 1, fused=kernels == "snake" and codec.device.type == "cuda"
+        )
         self.trash = slots  # never a talker slot: padded batch rows go here
         self.device = self.stream_codec.device
         self.hop = self.stream_codec.hop
@@ -82,6 +91,13 @@ class CodecSlots:
         self._hop_range = torch.arange(self.hop, device=self.device)
         # The last step's inputs are read (codec stream) before the next write (current stream).
         self._inputs_free: torch.cuda.Event | None = None
+        # The whole step through torch.compile: traced once for batch 1 and once for
+        # any larger batch (dynamic), before any graph is captured.
+        self._advance_fn: Callable[[torch.Tensor, torch.Tensor], None] = self._advance
+        if kernels == "compiled":
+            self._advance_fn = torch.compile(
+                self._advance, backend=compile_backend, fullgraph=True, dynamic=None
+            )
 
     @contextlib.contextmanager
     def on_codec_stream(self) -> Iterator[None]:
@@ -97,7 +113,15 @@ class CodecSlots:
     def warm_up(self) -> None:
         """Capture the step graphs (CUDA, when wanted) or run each bucket once: called
         at the engine's start-up profiling run, so the memory is accounted for."""
+        if self.kernels == "compiled":
+            # eager once first: the layers build their masks and 1/alpha caches then,
+            # so the traced step only reads them
+            with torch.inference_mode(), self.stream_codec.codec.compute_context():
+                self._advance(self._slot_in[:1], self._codes_in[:1])
         if not self._cuda:
+            if self.kernels == "compiled":  # trace now: batch 1 and the dynamic batch
+                for size in self._sizes[:2]:
+                    self._run(size)
             return
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
@@ -179,9 +203,18 @@ class CodecSlots:
                 self._inputs_free.record(self.stream)
 
     def _run(self, size: int) -> None:
-        slots = self._slot_in[:size]
+        slots, codes = self._slot_in[:size], self._codes_in[:size]
+        if size > 1 and self.kernels == "compiled":
+            # one trace serves every batch size above 1 (1 is always specialised)
+            torch._dynamo.mark_dynamic(slots, 0)
+            torch._dynamo.mark_dynamic(codes, 0)
+        with torch.inference_mode(), self.stream_codec.codec.compute_context():
+            self._advance_fn(slots, codes)
+
+    def _advance(self, slots: torch.Tensor, codes: torch.Tensor) -> None:
+        """One frame into each of ``slots``, its committed samples into the ring."""
         fed = self.stream_codec.frames_fed.index_select(0, slots)
-        pcm = self.stream_codec.step(slots, self._codes_in[:size])  # [size, hop]
+        pcm = self.stream_codec.advance_slots(slots, codes)  # [size, hop]
         pos = (fed[:, None] * self.hop - self.delay + self._hop_range) % self.ring_len
         self.ring[slots[:, None], pos] = pcm.to(self.ring.dtype)
 

@@ -17,7 +17,7 @@ import torch
 from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.errors import InvalidChunkingError
 from realtime_engine.codec.presets import validate_chunking
-from realtime_engine.format import ChunkingParams
+from realtime_engine.format import DEFAULT_CODEC_KERNELS, ChunkingParams
 from realtime_engine.talker.slot_codec import SlotCodec
 from realtime_engine.talker.types import (
     MAX_RETURNED_ROWS,
@@ -32,9 +32,15 @@ _INITIAL_ROWS = 256
 
 class ReferenceAudio:
     def __init__(
-        self, codec: CodecDecoder, slots: int, device: torch.device, *, max_batch: int = 64
+        self,
+        codec: CodecDecoder,
+        slots: int,
+        device: torch.device,
+        *,
+        max_batch: int = 64,
+        kernels: str = DEFAULT_CODEC_KERNELS,
     ) -> None:
-        self.codec = SlotCodec(codec, slots=slots, max_batch=max_batch)
+        self.codec = SlotCodec(codec, slots=slots, max_batch=max_batch, kernels=kernels)
         self.device = device
         self._table = torch.zeros(
             slots, _INITIAL_ROWS, NUM_CODEBOOKS, dtype=torch.int16, device=device

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from realtime_engine.format import DEFAULT_CODEC_KERNELS
 from realtime_engine.talker.reference_streams import (
     END,
     End,
@@ -64,6 +65,7 @@ class ReferenceRunner:
         max_positions: int | None = None,
         codec: CodecDecoder | None = None,
         codec_batch: int = 64,
+        codec_kernels: str = DEFAULT_CODEC_KERNELS,
     ) -> None:
         self.model = model
         self.device = torch.device(device) if device is not None else model.device
@@ -83,7 +85,9 @@ class ReferenceRunner:
         if codec is not None:
             from realtime_engine.talker.reference_audio import ReferenceAudio
 
-            self._audio = ReferenceAudio(codec, max_batch, self.device, max_batch=codec_batch)
+            self._audio = ReferenceAudio(
+                codec, max_batch, self.device, max_batch=codec_batch, kernels=codec_kernels
+            )
         self._closing = False
         self._death: str | None = None  # why the worker thread died, once it has
         self._steps = 0

@@ -30,7 +30,7 @@ import torch
 
 from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.presets import next_chunk_frames, validate_chunking
-from realtime_engine.format import DELAY_ROWS, ChunkingParams
+from realtime_engine.format import DEFAULT_CODEC_KERNELS, DELAY_ROWS, ChunkingParams
 from realtime_engine.talker.codec_slots import CodecSlots
 
 
@@ -87,9 +87,15 @@ class SlotCodec:
     in one call; ``graphs`` captures the codec step per batch bucket (CUDA)."""
 
     def __init__(
-        self, codec: CodecDecoder, *, slots: int, max_batch: int = 64, graphs: bool = False
+        self,
+        codec: CodecDecoder,
+        *,
+        slots: int,
+        max_batch: int = 64,
+        graphs: bool = False,
+        kernels: str = DEFAULT_CODEC_KERNELS,
     ) -> None:
-        self.device_codec = CodecSlots(codec, slots, graphs=graphs)
+        self.device_codec = CodecSlots(codec, slots, graphs=graphs, kernels=kernels)
         self.max_batch = max(1, max_batch)
         self.hop = self.device_codec.hop
         self._streams: dict[str, SlotStream] = {}

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from realtime_engine.codec.decoder import CodecDecoder
+from realtime_engine.format import DEFAULT_CODEC_KERNELS
 from realtime_engine.talker.slot_codec import ChunkPlan, SlotCodec, SlotStream
 from realtime_engine.talker.types import MAX_RETURNED_ROWS, NUM_CODEBOOKS
 from realtime_engine.talker.vllm_protocol import PcmHeader, TalkerArgs
@@ -76,8 +77,11 @@ class VllmAudio:
         max_batch: int = 64,
         keep: int = 128,
         graphs: bool = False,
+        kernels: str = DEFAULT_CODEC_KERNELS,
     ) -> None:
-        self.codec = SlotCodec(codec, slots=table.shape[0], max_batch=max_batch, graphs=graphs)
+        self.codec = SlotCodec(
+            codec, slots=table.shape[0], max_batch=max_batch, graphs=graphs, kernels=kernels
+        )
         # Streams of requests vLLM removed unfinished (preempted or aborted).
         self._detached: OrderedDict[str, SlotStream] = OrderedDict()
         self._keep = keep

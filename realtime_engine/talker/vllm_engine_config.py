@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from realtime_engine.format import DEFAULT_CODEC_KERNELS
 from realtime_engine.talker.vllm_protocol import CODEC_CONFIG_KEY
 
 # Set (unless already set) before the engine starts; its processes inherit them.
@@ -42,6 +43,7 @@ def talker_engine_args(
     enforce_eager: bool,
     codec_precision: str,
     codec_batch: int,
+    codec_kernels: str = DEFAULT_CODEC_KERNELS,
     **engine_kwargs: Any,
 ) -> dict[str, Any]:
     """``AsyncEngineArgs`` fields for the talker on ``model_dir``; sets :data:`ENGINE_ENV`.
@@ -52,14 +54,19 @@ def talker_engine_args(
     all ``<|audio|>``: shared prefixes would share KV computed with another
     request's codes), and, on CUDA, full CUDA graphs for every batch including
     prefills (:func:`default_compilation_config`). The engine core decodes
-    audio in ``codec_precision``, up to ``codec_batch`` windows per call.
+    audio in ``codec_precision``, up to ``codec_batch`` windows per call, its
+    step run by ``codec_kernels``.
     """
     for name, value in ENGINE_ENV.items():
         os.environ.setdefault(name, value)
     if not enforce_eager and cuda_present():
         engine_kwargs.setdefault("compilation_config", default_compilation_config())
     additional = dict(engine_kwargs.pop("additional_config", None) or {})
-    additional[CODEC_CONFIG_KEY] = {"precision": codec_precision, "max_batch": codec_batch}
+    additional[CODEC_CONFIG_KEY] = {
+        "precision": codec_precision,
+        "max_batch": codec_batch,
+        "kernels": codec_kernels,
+    }
     return {
         "model": str(model_dir),
         "skip_tokenizer_init": True,

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from realtime_engine.codec.streaming import HOP
-from realtime_engine.format import DEFAULT_CODEC_PRECISION, ChunkingParams
+from realtime_engine.format import DEFAULT_CODEC_KERNELS, DEFAULT_CODEC_PRECISION, ChunkingParams
 from realtime_engine.model.tokenizer import HiggsTokenizer, SpecialIds
 from realtime_engine.talker.rank_stats import RankReport, RankStats
 from realtime_engine.talker.termination import eoc_bounds
@@ -106,6 +106,7 @@ class VllmTalkerRunner:
         gpu_memory_utilization: float = 0.85,
         codec_precision: str = DEFAULT_CODEC_PRECISION,
         codec_batch: int = 64,
+        codec_kernels: str = DEFAULT_CODEC_KERNELS,
         **engine_kwargs: Any,
     ) -> VllmTalkerRunner:
         """Start an engine on ``model_dir`` (a Higgs v3 checkpoint directory).
@@ -119,6 +120,7 @@ class VllmTalkerRunner:
             enforce_eager=enforce_eager,
             codec_precision=codec_precision,
             codec_batch=codec_batch,
+            codec_kernels=codec_kernels,
             dtype=dtype,
             max_num_seqs=max_num_seqs,
             max_model_len=max_model_len,

@@ -40,6 +40,7 @@ try:
 except ImportError:  # releases where MRv2 returned the shared V1 type
     from vllm.v1.outputs import SamplerOutput  # type: ignore[assignment]
 
+from realtime_engine.format import DEFAULT_CODEC_KERNELS
 from realtime_engine.talker.vllm_audio import VllmAudio
 from realtime_engine.talker.vllm_protocol import TalkerArgs
 from realtime_engine.talker.vllm_publish import RowPublisher
@@ -80,13 +81,15 @@ class HiggsModelState(DefaultModelState):
         codec = getattr(model, "codec", None)
         # Only the first tensor-parallel rank decodes and sends audio.
         use_graphs = graphs_wanted(device, bool(vllm_config.model_config.enforce_eager))
+        codec_options = cast(Any, model).codec_options
         self.audio = (
             VllmAudio(
                 codec,
                 self.slots.codes_by_pos,
-                max_batch=int(cast(Any, model).codec_options.get("max_batch", 64)),
+                max_batch=int(codec_options.get("max_batch", 64)),
                 keep=2 * self.max_num_reqs,
                 graphs=use_graphs,
+                kernels=str(codec_options.get("kernels", DEFAULT_CODEC_KERNELS)),
             )
             if codec is not None and first_rank
             else None

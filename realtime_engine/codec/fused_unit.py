@@ -35,8 +35,11 @@ FUSED_CHANNELS = (32, 64, 128)  # dot tiles need >= 16; above 128 a tile's weigh
 
 # Launch shape per channel count: (samples per program, warps). Guessed, not
 # tuned: a [C, BLOCK_T] float32 accumulator of ~32-64 registers a thread,
-# and several hundred programs or more at batch 64 (H200: 132 SMs).
-_LAUNCH = {32: (128, 4), 64: (128, 4), 128: (64, 8)}
+# and several hundred programs or more at batch 64 (H200: 132 SMs). A
+# program reads all 8 [C, C] weight tiles (from L2), so longer tiles read
+# less weight per sample; 64 for C = 128 since n = 160 a frame there.
+# Mutable for tuning (fused_unit_bench --launch); each shape compiles anew.
+LAUNCH = {32: (128, 4), 64: (128, 4), 128: (64, 8)}
 
 _kernel: Any = None
 
@@ -188,7 +191,7 @@ def fused_residual_step(
     new_conv = x.new_empty(batch, channels, history)
     new_skip = x.new_empty(batch, channels, lag)
     keep = keep.contiguous()
-    block_t, warps = _LAUNCH[channels]
+    block_t, warps = LAUNCH[channels]
     block_t = min(block_t, max(16, 1 << (n - 1).bit_length()))  # short steps: fewer idle lanes
     grid = (batch, (n + block_t - 1) // block_t)
     _unit_kernel()[grid](

@@ -7,19 +7,27 @@ compare the two with it. ``bench_units`` times both on CUDA, each captured
 as a CUDA graph (as the codec step runs), at the codec's three fused
 channel counts with their samples per frame::
 
-    python -m realtime_engine.codec.fused_unit_bench --batch 64 256 --precision tf32
+        python -m realtime_engine.codec.fused_unit_bench --batch 64 256 --precision tf32
+
+``--codec`` also times a whole streaming step of the Higgs-sized codec
+(random weights, one frame per slot), with and without fused units, and
+``--launch C:BLOCK_T:WARPS`` tries other launch shapes.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 from collections.abc import Callable
 
 import torch
 
+from realtime_engine.codec import fused_unit
 from realtime_engine.codec.causal import CausalDac, _Pass, _StepMask
 from realtime_engine.codec.dac import DacDecoder, ResidualUnit
-from realtime_engine.codec.layout import CodecDims
+from realtime_engine.codec.decoder import load_codec_decoder
+from realtime_engine.codec.layout import CodecDims, random_codec_state_dict
+from realtime_engine.codec.stream_core import StreamingCodec
 
 # (channels, samples per frame) of the Higgs codec's last three blocks
 CODEC_UNITS = ((128, 160), (64, 320), (32, 960))
@@ -150,12 +158,55 @@ def bench_units(
     return rows
 
 
+def bench_codec(
+    batch: int,
+    precision: str = "tf32",
+    iters: int = 50,
+    dims: CodecDims | None = None,
+    device_name: str = "cuda",
+) -> dict[str, float]:
+    """Milliseconds of one streaming step (one frame for ``batch`` slots, a
+    CUDA graph replay) of a random codec (Higgs-sized by default), eager units
+    and fused units, and the fused stream's error relative to the eager peak
+    over 12 steps (past the start-of-utterance mask)."""
+    device = torch.device(device_name)
+    state = random_codec_state_dict(
+        dims or CodecDims.higgs_v3(), torch.Generator().manual_seed(0), include_encoder=False
+    )
+    codec = load_codec_decoder(state, device)
+    codec.set_precision("fp32" if precision == "ieee" else precision)
+    gen = torch.Generator().manual_seed(1)
+    codes = torch.randint(
+        0, codec.dims.codebook_size, (batch, codec.dims.num_quantizers, 12), generator=gen
+    )
+    codes = codes.to(device)
+    slots = torch.arange(batch, device=device)
+    result: dict[str, float] = {}
+    pcm: dict[bool, torch.Tensor] = {}
+    for fused in (False, True):
+        core = StreamingCodec(codec, batch, fused_units=fused)
+        with torch.inference_mode():
+            pcm[fused] = torch.cat([core.step(slots, codes[..., t : t + 1]) for t in range(12)], -1)
+            frame = codes[..., :1].clone()
+            step = functools.partial(core.step, slots, frame)
+            result["fused_ms" if fused else "eager_ms"] = _graph_ms(step, iters)
+    peak = pcm[False].abs().max().clamp_min(1e-30)
+    result["error"] = float((pcm[True] - pcm[False]).abs().max() / peak)
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch", type=int, nargs="+", default=[64, 256])
     parser.add_argument("--precision", choices=("tf32", "ieee"), default="tf32")
     parser.add_argument("--frames", type=int, default=1)
+    parser.add_argument("--codec", action="store_true", help="also time a whole codec step")
+    parser.add_argument("--launch", nargs="*", default=[], help="C:BLOCK_T:WARPS overrides")
     args = parser.parse_args()
+    for shape in args.launch:
+        channels, block_t, warps = (int(v) for v in shape.split(":"))
+        fused_unit.LAUNCH[channels] = (block_t, warps)
+    print("launch shapes (C: BLOCK_T, warps):", fused_unit.LAUNCH)
     print("batch channels dilation samples eager_ms fused_ms speedup error")
     for batch in args.batch:
         for r in bench_units(batch, args.precision, args.frames):
@@ -164,6 +215,11 @@ def main() -> None:
                 f"{r['eager_ms']:8.4f} {r['fused_ms']:8.4f} "
                 f"{r['eager_ms'] / r['fused_ms']:7.2f} {r['error']:.1e}"
             )
+    if args.codec:
+        print("whole step, one frame a slot: batch eager_ms fused_ms error")
+        for batch in args.batch:
+            r = bench_codec(batch, args.precision)
+            print(f"{batch:5d} {r['eager_ms']:8.3f} {r['fused_ms']:8.3f} {r['error']:.1e}")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import pytest
 from gateway import cli
 from realtime_engine.codec.decoder import CODEC_PRECISIONS
 from realtime_engine.engines.higgs import HiggsEngine
-from realtime_engine.format import DEFAULT_CODEC_PRECISION
+from realtime_engine.format import DEFAULT_CODEC_KERNELS, DEFAULT_CODEC_PRECISION
 from realtime_engine.talker import backends
 from realtime_engine.talker.backends import ReferenceOptions, VllmOptions
 
@@ -38,6 +38,7 @@ def test_vllm_options_are_typed_and_reach_the_engine(monkeypatch: pytest.MonkeyP
         "talker": VllmOptions(max_num_seqs=256),
         "codec_precision": DEFAULT_CODEC_PRECISION,
         "codec_batch": 64,
+        "codec_kernels": DEFAULT_CODEC_KERNELS,
     }
 
 
@@ -100,9 +101,18 @@ def test_codec_options_reach_the_engine(monkeypatch: pytest.MonkeyPatch) -> None
 
     monkeypatch.setattr(HiggsEngine, "from_pretrained", staticmethod(fake_from_pretrained))
     argv = ["serve", "--model", "/ckpt", "--codec-precision", "tf32", "--codec-batch", "32"]
-    args = cli.build_parser().parse_args(argv)
-    cli.build_engine("higgs", args.model, None, None, args.codec_precision, args.codec_batch)
+    args = cli.build_parser().parse_args([*argv, "--codec-kernels", "compiled"])
+    cli.build_engine(
+        "higgs",
+        args.model,
+        None,
+        None,
+        args.codec_precision,
+        args.codec_batch,
+        args.codec_kernels,
+    )
     assert (seen["codec_precision"], seen["codec_batch"]) == ("tf32", 32)
+    assert seen["codec_kernels"] == "compiled"
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["serve", "--codec-precision", "fp8"])
 

@@ -67,8 +67,12 @@ class CodecSlots:
         if kernels not in CODEC_KERNELS:
             raise ValueError(f"codec kernels must be one of {CODEC_KERNELS}; got {kernels!r}")
         self.kernels = kernels
+        cuda = codec.device.type == "cuda"  # the Triton kernels are CUDA's
         self.stream_codec = StreamingCodec(
-            codec, max_slots=slots + 1, fused=kernels == "snake" and codec.device.type == "cuda"
+            codec,
+            max_slots=slots + 1,
+            fused=kernels == "snake" and cuda,
+            fused_units=kernels == "units" and cuda,
         )
         self.trash = slots  # never a talker slot: padded batch rows go here
         self.device = self.stream_codec.device
@@ -80,6 +84,10 @@ class CodecSlots:
         self._cuda = self.device.type == "cuda"
         self.stream = torch.cuda.Stream(self.device) if self._cuda else None
         self._sizes = bucket_sizes(slots)
+        if kernels == "compiled" and slots > 1:
+            # a batch of 1 runs padded to 2: one dynamic trace serves every batch
+            # (torch.compile always specialises a size of 1), half the compile time
+            self._sizes = [s for s in self._sizes if s > 1]
         self._want_graphs = graphs and self._cuda
         self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
         # Static inputs of a step (what a graph reads).
@@ -91,8 +99,8 @@ class CodecSlots:
         self._hop_range = torch.arange(self.hop, device=self.device)
         # The last step's inputs are read (codec stream) before the next write (current stream).
         self._inputs_free: torch.cuda.Event | None = None
-        # The whole step through torch.compile: traced once for batch 1 and once for
-        # any larger batch (dynamic), before any graph is captured.
+        # The whole step through torch.compile: traced once, for a dynamic batch,
+        # before any graph is captured.
         self._advance_fn: Callable[[torch.Tensor, torch.Tensor], None] = self._advance
         if kernels == "compiled":
             self._advance_fn = torch.compile(
@@ -119,9 +127,8 @@ class CodecSlots:
             with torch.inference_mode(), self.stream_codec.codec.compute_context():
                 self._advance(self._slot_in[:1], self._codes_in[:1])
         if not self._cuda:
-            if self.kernels == "compiled":  # trace now: batch 1 and the dynamic batch
-                for size in self._sizes[:2]:
-                    self._run(size)
+            if self.kernels == "compiled":  # trace now
+                self._run(self._sizes[0])
             return
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
@@ -181,7 +188,8 @@ class CodecSlots:
         b = len(slots)
         if b == 0:
             return
-        size = next(s for s in self._sizes if s >= b) if self._graphs else b
+        padded = self._graphs or self.kernels == "compiled"
+        size = next(s for s in self._sizes if s >= b) if padded else b
         if self._inputs_free is not None:
             torch.cuda.current_stream(self.device).wait_event(self._inputs_free)
         codes, index = self._gather(table, slots, rows, 1)
@@ -205,7 +213,7 @@ class CodecSlots:
     def _run(self, size: int) -> None:
         slots, codes = self._slot_in[:size], self._codes_in[:size]
         if size > 1 and self.kernels == "compiled":
-            # one trace serves every batch size above 1 (1 is always specialised)
+            # one trace serves every batch size above 1
             torch._dynamo.mark_dynamic(slots, 0)
             torch._dynamo.mark_dynamic(codes, 0)
         with torch.inference_mode(), self.stream_codec.codec.compute_context():

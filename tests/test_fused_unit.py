@@ -135,3 +135,31 @@ def test_fused_units_give_the_eager_stream() -> None:
     1-3 frames, a slot restarted mid-way, a peek and the flush; and no
     further from a float64 decode than the eager float32 stream."""
     assert _run_interpreted(_CODEC_CHECK) < 1e-5
+
+
+def test_the_unit_kernel_compiles_for_hopper() -> None:
+    """The interpreter does not compile: build the kernel's GPU code for an H200
+    (sm_90) ahead of time, so a construct the compiler refuses (a name
+    redefined with another shape in a branch, say) fails here, not on a GPU."""
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from realtime_engine.codec.fused_unit import LAUNCH, _unit_kernel
+
+    kernel = _unit_kernel()
+    pointers = [a for a in kernel.arg_names if a.endswith("_ptr")]
+    signature = {a: "*fp32" for a in pointers}
+    signature.update({a: "i32" for a in ("n", "keep_stride", "keep_lo", "head")})
+    block_t, warps = LAUNCH[32]
+    consts = {"C": 32, "D": 3, "BLOCK_T": block_t, "BLOCK_H": 32, "PRECISION": "tf32"}
+    signature.update({a: "constexpr" for a in consts})
+    source = ASTSource(
+        fn=kernel,
+        signature=signature,
+        constexprs={(kernel.arg_names.index(a),): v for a, v in consts.items()},
+    )
+    compiled = triton.compile(
+        source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps}
+    )
+    assert "tl.dot" not in compiled.asm["ptx"] and "mma" in compiled.asm["ptx"]

@@ -126,19 +126,19 @@ def _unit_kernel() -> Any:
             # the new caches: the last ``history`` samples of cat(conv_cache,
             # snake1(x)) and the last ``lag`` of cat(skip_cache, x)
             j = tl.arange(0, BLOCK_H)[None, :]
-            p = n + j
+            q = n + j
             in_conv = j < history
-            a_old = tl.load(conv_row + p, mask=in_conv & (p < history), other=0.0)
-            v = tl.load(x_row + (p - history), mask=in_conv & (p >= history), other=0.0)
-            s = tl.sin(alpha1 * v)
-            a_new = v + s * s * inverse1
+            cache_old = tl.load(conv_row + q, mask=in_conv & (q < history), other=0.0)
+            xv = tl.load(x_row + (q - history), mask=in_conv & (q >= history), other=0.0)
+            sv = tl.sin(alpha1 * xv)
+            cache_new = xv + sv * sv * inverse1
             out_conv = new_conv_ptr + row * C * history + ch[:, None] * history + j
-            tl.store(out_conv, tl.where(p < history, a_old, a_new), mask=in_conv)
+            tl.store(out_conv, tl.where(q < history, cache_old, cache_new), mask=in_conv)
             in_skip = j < lag
-            s_old = tl.load(skip_row + p, mask=in_skip & (p < lag), other=0.0)
-            s_new = tl.load(x_row + (p - lag), mask=in_skip & (p >= lag), other=0.0)
+            s_old = tl.load(skip_row + q, mask=in_skip & (q < lag), other=0.0)
+            s_new = tl.load(x_row + (q - lag), mask=in_skip & (q >= lag), other=0.0)
             out_skip = new_skip_ptr + row * C * lag + ch[:, None] * lag + j
-            tl.store(out_skip, tl.where(p < lag, s_old, s_new), mask=in_skip)
+            tl.store(out_skip, tl.where(q < lag, s_old, s_new), mask=in_skip)
 
     _kernel = kernel
     return kernel

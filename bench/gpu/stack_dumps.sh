@@ -1,22 +1,22 @@
 #!/usr/bin/env bash
 # stack_dumps.sh -- py-spy stack dumps of the serving processes (the gateway and its vLLM engine
-# cores), every INTERVAL seconds, COUNT times, into DIR: what each thread is doing when a run
+# cores), every INTERVAL seconds, COUNT times, appended to FILE: what each thread is doing when a run
 # stalls. Run it in the background beside bench/gpu/run_h200.sh.
 #
-#   PY_SPY=/path/to/py-spy DIR=$OUT/stacks INTERVAL=15 COUNT=20 bash bench/gpu/stack_dumps.sh &
+#   PY_SPY=/path/to/py-spy FILE=$OUT/stacks.txt INTERVAL=15 COUNT=20 bash bench/gpu/stack_dumps.sh &
 set -u
 PY_SPY=${PY_SPY:-py-spy}
-DIR=${DIR:-/tmp/stacks}
+FILE=${FILE:-/tmp/stacks.txt}
 INTERVAL=${INTERVAL:-15}
 COUNT=${COUNT:-20}
-mkdir -p "$DIR"
+mkdir -p "$(dirname "$FILE")"
 for i in $(seq 1 "$COUNT"); do
   sleep "$INTERVAL"
   for pid in $(pgrep -f "gateway.cli serve"); do
     for p in "$pid" $(pgrep -P "$pid"); do
       { echo "### $(date -u +%T) pid $p: $(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | cut -c1-120)"
-        timeout 20 "$PY_SPY" dump --pid "$p" 2>&1; } >> "$DIR/stacks_$i.txt"
+        timeout 20 "$PY_SPY" dump --pid "$p" 2>&1; } >> "$FILE"
     done
   done
-  nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader >> "$DIR/stacks_$i.txt" 2>&1
+  nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader >> "$FILE" 2>&1
 done

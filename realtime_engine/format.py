@@ -35,10 +35,10 @@ DEFAULT_CODEC_PRECISION: Final = "tf32"
 
 # How the served codec step runs on CUDA: ``eager`` (PyTorch operators, one
 # CUDA graph per batch bucket), ``snake`` (each activation one Triton kernel)
-# ``compiled`` (the whole step through torch.compile, elementwise passes,
-# state gathers and scatters fused) or ``units`` (each residual unit of 32-128
-# channels one Triton kernel); one CUDA graph per bucket whichever.
-CODEC_KERNELS: Final = ("eager", "snake", "compiled", "units")
+# ``compiled`` (the whole step through torch.compile: elementwise passes,
+# state gathers and scatters fused); one CUDA graph per bucket whichever.
+# eager by default: see docs/bench/RESULTS.md, section 10.
+CODEC_KERNELS: Final = ("eager", "snake", "compiled")
 DEFAULT_CODEC_KERNELS: Final = "eager"
 
 # Bounds of a chunking (the protocol's limits; the engine's per-slot PCM ring

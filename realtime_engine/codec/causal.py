@@ -33,7 +33,6 @@ from torch import nn
 
 from realtime_engine.codec.dac import DacDecoder, DecoderBlock, ResidualUnit, Snake1d
 from realtime_engine.codec.fused import fused_snake
-from realtime_engine.codec.fused_unit import packed_taps, unit_fusable, unit_step
 
 State = list[torch.Tensor]  # one [B, C, L] tensor per cached buffer, in layer order
 
@@ -64,18 +63,13 @@ def _conv_delay(conv: nn.Conv1d) -> int:
 
 class CausalDac:
     """Streaming view of a :class:`DacDecoder` (shares its parameters).
-    ``fused``: the activations run as one compiled kernel each (CUDA).
-    ``fused_units``: a step runs each residual unit of 32, 64 or 128 float32
-    channels as one compiled kernel (CUDA; see :mod:`.fused_unit`)."""
+    ``fused``: the activations run as one compiled kernel each (CUDA)."""
 
-    def __init__(self, dac: DacDecoder, fused: bool = False, fused_units: bool = False) -> None:
+    def __init__(self, dac: DacDecoder, fused: bool = False) -> None:
         self.dac = dac
         self.fused = fused
-        self.fused_units = fused_units
         # 1 / alpha per activation, by module
         self._inverses: dict[int, torch.Tensor] = {}
-        # conv1's taps, tap-major, per fused residual unit (by module)
-        self._taps: dict[int, torch.Tensor] = {}
         specs: list[BufferSpec] = []
         # per layer output, in order: (stride, lead) of an upsampling layer
         # or (1, -reach) of a conv, for cutting the tail short (see tail()).
@@ -139,16 +133,6 @@ class CausalDac:
             with torch.no_grad():
                 cached = torch.reciprocal(alpha.detach() + 1e-9)
             self._inverses[id(snake)] = cached
-        return cached
-
-    def taps(self, unit: ResidualUnit) -> torch.Tensor:
-        """conv1's weight as the fused unit reads it, packed when first needed
-        (like :meth:`_inverse`: build the view after the weights are loaded)."""
-        weight = unit.conv1.weight
-        cached = self._taps.get(id(unit))
-        if cached is None or cached.device != weight.device or cached.dtype != weight.dtype:
-            cached = packed_taps(weight)
-            self._taps[id(unit)] = cached
         return cached
 
     def step_mask(self, frames: int, device: torch.device) -> _StepMask:
@@ -322,8 +306,6 @@ class _Pass:
         return self._mask(out)
 
     def _residual(self, unit: ResidualUnit, x: torch.Tensor) -> torch.Tensor:
-        if self._fuses(unit, x):
-            return self._fused_residual(unit, x)
         act = self.net.activation
         branch = unit.conv2(act(unit.snake2, self._conv_unmasked(unit.conv1, act(unit.snake1, x))))
         cache = self._cached()  # the skip path's last ``lag`` inputs
@@ -338,29 +320,6 @@ class _Pass:
         branch[..., :lag] += cache
         branch[..., lag:] += x[..., : branch.shape[-1] - lag]
         return self._mask(branch)
-
-    def _fuses(self, unit: ResidualUnit, x: torch.Tensor) -> bool:
-        """The fused kernel covers a step's unit (the tail pass and cut tails
-        stay eager)."""
-        fits = self.net.fused_units and not self.final and not self.keep
-        return fits and self.step_mask is not None and unit_fusable(unit, x, self._cached())
-
-    def _fused_residual(self, unit: ResidualUnit, x: torch.Tensor) -> torch.Tensor:
-        """What the eager path computes, as one kernel: the unit's output, masked,
-        and its two new caches."""
-        assert self.step_mask is not None and self.step_keep is not None
-        caches = self._cached(), self.old[len(self.new) + 1]
-        self.delay += _conv_delay(unit.conv1)
-        lo, hi = self.step_mask.bounds[self.layer]
-        head = min(x.shape[-1], self.delay)
-        assert hi - lo == head, "a step's layer lengths are fixed by its frame count"
-        inverses = self.net._inverse(unit.snake1), self.net._inverse(unit.snake2)
-        y, new_conv, new_skip = unit_step(
-            unit, self.net.taps(unit), inverses, x, caches, self.step_keep, lo, head
-        )
-        self.new += [new_conv, new_skip]
-        self.layer += 1
-        return y
 
     def _conv_unmasked(self, conv: nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
         """Causal conv over [cache, x]; on the tail, right zero padding too.

@@ -53,7 +53,6 @@ class StreamingCodec:
         device: str | torch.device | None = None,
         *,
         fused: bool = False,
-        fused_units: bool = False,
     ) -> None:
         if max_slots < 1:
             raise ValueError(f"max_slots must be >= 1; got {max_slots}")
@@ -61,9 +60,8 @@ class StreamingCodec:
             codec = codec.to(device)
         self.codec = codec.eval()
         self.device = codec.device
-        # fused activations, fused residual units: one compiled kernel each
-        # (CUDA; each compiles on first use)
-        self.layers = CausalDac(codec.acoustic_decoder, fused=fused, fused_units=fused_units)
+        # fused activations: one compiled kernel each (CUDA; compiles on first use)
+        self.layers = CausalDac(codec.acoustic_decoder, fused=fused)
         self.max_slots = max_slots
         self.hop = codec.hop
         self.num_quantizers = codec.dims.num_quantizers

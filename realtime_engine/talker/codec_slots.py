@@ -72,7 +72,6 @@ class CodecSlots:
             codec,
             max_slots=slots + 1,
             fused=kernels == "snake" and cuda,
-            fused_units=kernels == "units" and cuda,
         )
         self.trash = slots  # never a talker slot: padded batch rows go here
         self.device = self.stream_codec.device

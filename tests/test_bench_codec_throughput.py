@@ -47,3 +47,17 @@ def test_the_codec_profile_names_the_steps_operators(tmp_path: Path) -> None:
     assert table.startswith("codec step, batch 2, 1 steps")
     assert "convolution" in table and "aten::sin" in table  # the layers and the activations
     assert (tmp_path / "codec_profile_2.json.gz").stat().st_size > 0
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_the_codec_soak_runs_streams_through_their_whole_lives(tmp_path: Path) -> None:
+    from bench.gpu.codec_soak import main as soak
+
+    argv = ["--tiny", "--kernels", "eager", "--slots", "3", "--seconds", "1.5"]
+    argv += ["--min-frames", "3", "--max-frames", "9", "--replay-rate", "0.1"]
+    assert soak([*argv, "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "codec_soak.json").read_text())
+    assert report["stall"] is None
+    assert report["ended"] >= 3 and report["streams"] == report["ended"] + 3  # slots refilled
+    assert report["chunks"] >= report["ended"]  # every ended stream had its final chunk
+    assert report["replays"] > 0 and report["steps"] > 0

@@ -89,7 +89,10 @@ def test_a_preempted_request_resumes_its_compiled_codec_state(
     def request(rid: str, i: int) -> TalkerRequest:
         return TalkerRequest(rid, prompts[i], GREEDY, fixed_rows=80)
 
-    rows = [loops.run(collect(runner.submit(request(f"crows{i}", i)))) for i in (0, 1)]
+    async def rows_of(i: int) -> np.ndarray:
+        return await collect(runner.submit(request(f"crows{i}", i)))
+
+    rows = [loops.run(rows_of(i)) for i in (0, 1)]
 
     async def together() -> list[np.ndarray]:
         return list(

@@ -352,18 +352,19 @@ class _IdleEngine:
 async def test_row_budget_fits_the_context_window(
     max_new: int, fixed: int | None, prompt_len: int, expected: tuple[int | None, int | None]
 ) -> None:
+    from realtime_engine.talker.vllm_requests import row_budget
     from realtime_engine.talker.vllm_runner import VllmTalkerRunner
 
     engine = _IdleEngine()
     runner = VllmTalkerRunner(engine, SPECIALS, max_model_len=100)
     try:
         request = TalkerRequest("b", TalkerPrompt((1,)), max_new_tokens=max_new, fixed_rows=fixed)
-        assert runner._row_budget(request, prompt_len) == expected
+        assert row_budget(request, prompt_len, 100) == expected
         too_many = TalkerRequest("c", TalkerPrompt((1,)), fixed_rows=91)
         with pytest.raises(TalkerError, match="exceeds"):
-            runner._row_budget(too_many, prompt_len)
+            row_budget(too_many, prompt_len, 100)
         with pytest.raises(TalkerError, match="no room"):
-            runner._row_budget(request, 95)
+            row_budget(request, 95, 100)
     finally:
         await runner.close()
     assert engine.shut_down

@@ -32,18 +32,10 @@ from realtime_engine.codec.streaming import HOP
 from realtime_engine.format import DEFAULT_CODEC_KERNELS, DEFAULT_CODEC_PRECISION, ChunkingParams
 from realtime_engine.model.tokenizer import HiggsTokenizer, SpecialIds
 from realtime_engine.talker.rank_stats import RankReport, RankStats
-from realtime_engine.talker.termination import eoc_bounds
-from realtime_engine.talker.types import NUM_CODEBOOKS, PcmChunk, TalkerError, TalkerRequest
+from realtime_engine.talker.types import PcmChunk, TalkerError, TalkerRequest
 from realtime_engine.talker.vllm_engine_config import talker_engine_args
-from realtime_engine.talker.vllm_protocol import (
-    MAX_RAS_WINDOW,
-    FailureEvent,
-    PcmEvent,
-    RowEvent,
-    TalkerArgs,
-    TalkerArgsError,
-    engine_prompt,
-)
+from realtime_engine.talker.vllm_protocol import FailureEvent, PcmEvent, RowEvent, engine_prompt
+from realtime_engine.talker.vllm_requests import row_budget, talker_args
 from realtime_engine.talker.vllm_rows import RowReceiver
 
 logger = logging.getLogger(__name__)
@@ -149,57 +141,6 @@ class VllmTalkerRunner:
             stream.queue.put_nowait(event)
 
     # ------------------------------------------------------------ requests
-    def _row_budget(self, request: TalkerRequest, prompt_len: int) -> tuple[int | None, int | None]:
-        """``(max_new_tokens, fixed_rows)`` fitted to the context left after the prompt.
-
-        A cap that would run past ``max_model_len`` is lowered so the request
-        still closes its delay pattern (vLLM would otherwise cut it mid-row).
-        """
-        room = None if self._max_model_len is None else self._max_model_len - prompt_len
-        if room is not None and room < NUM_CODEBOOKS:
-            raise TalkerError(f"prompt of {prompt_len} tokens leaves no room to speak")
-        if request.fixed_rows is not None:
-            if room is not None and request.fixed_rows > room:
-                raise TalkerError(f"fixed_rows {request.fixed_rows} exceeds the {room} rows left")
-            return None, request.fixed_rows
-        cap = request.max_new_tokens if room is None else min(request.max_new_tokens, room)
-        return cap, None
-
-    def _talker_args(
-        self,
-        request: TalkerRequest,
-        correlation_id: str,
-        budget: tuple[int | None, int | None],
-        ref: tuple[int, tuple[tuple[int, ...], ...]],
-        chunking: ChunkingParams | None,
-    ) -> TalkerArgs:
-        s = request.sampling
-        if s.ras_window > MAX_RAS_WINDOW:
-            raise TalkerError(f"ras_window {s.ras_window} exceeds {MAX_RAS_WINDOW}")
-        not_before, at = eoc_bounds(*budget)
-        offset, rows = ref
-        try:
-            return TalkerArgs(
-                correlation_id=correlation_id,
-                endpoint=self._receiver.endpoint,
-                audio_token_id=self._specials.audio,
-                eos_token_id=self._specials.eos,
-                temperature=s.temperature,
-                top_k=s.top_k,
-                top_p=s.top_p,
-                ras_window=s.ras_window,
-                ras_max_repeat=s.ras_max_repeat,
-                seed=s.seed if s.seed is not None else secrets.randbits(62),
-                eoc_not_before=not_before,
-                eoc_at=at,
-                ref_offset=offset,
-                ref_rows=rows,
-                chunking=None if chunking is None else TalkerArgs.chunking_fields(chunking),
-                return_rows=request.return_rows and chunking is not None,
-            )
-        except TalkerArgsError as e:
-            raise TalkerError(str(e)) from e
-
     def submit(self, request: TalkerRequest) -> AsyncIterator[np.ndarray]:
         return self._rows(self._start(request, None))
 
@@ -217,8 +158,16 @@ class VllmTalkerRunner:
             raise TalkerError(f"request {request.request_id!r} is already running")
         ids, offset, rows = engine_prompt(request, self._specials)
         cid = f"{self._nonce}-{next(self._counter)}"
-        max_new, fixed = self._row_budget(request, len(ids))
-        args = self._talker_args(request, cid, (max_new, fixed), (offset, rows), chunking)
+        max_new, fixed = row_budget(request, len(ids), self._max_model_len)
+        args = talker_args(
+            request,
+            cid,
+            self._receiver.endpoint,
+            self._specials,
+            (max_new, fixed),
+            (offset, rows),
+            chunking,
+        )
         limit = fixed if fixed is not None else int(max_new or 0)
         params = SamplingParams(
             # The worker stops the request itself; this is only a backstop.

@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--precisions", default=",".join(CODEC_PRECISIONS))
     ap.add_argument(
         "--kernels",
-        default="tf32:snake,tf32:compiled",
+        default="tf32:snake,tf32:compiled,bf16:compiled",
         help="precision:kernels pairs also timed, besides every precision with eager kernels",
     )
     ap.add_argument("--iters", type=int, default=50)

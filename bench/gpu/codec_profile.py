@@ -5,9 +5,10 @@ one frame per slot, TF32, eager so that every operator shows) at one batch
 size through the real-size codec with random weights, and writes the
 operators and kernels sorted by device time to ``$OUT/codec_profile_<B>.txt``
 (and a Chrome trace, gzipped). ``--tiny`` runs it on the CPU at tiny size
-(a smoke check of the script).
+(a smoke check of the script). ``--kernels compiled`` profiles the compiled
+step (uncaptured too: Inductor's fused kernels show by name).
 
-    python -m bench.gpu.codec_profile --batch 256 [--steps 5]
+    python -m bench.gpu.codec_profile --batch 256 [--steps 5] [--kernels compiled]
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.layout import CodecDims
+from realtime_engine.format import CODEC_KERNELS
 from realtime_engine.talker.codec_slots import CodecSlots
 
 
@@ -32,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--precision", default="tf32")
+    ap.add_argument("--kernels", choices=CODEC_KERNELS, default="eager")
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args(argv)
@@ -40,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     dims = CodecDims.tiny() if args.tiny else CodecDims.higgs_v3()
     codec = CodecDecoder(dims).to(device).eval()
     codec.set_precision(args.precision)
-    slots = CodecSlots(codec, args.batch)
+    slots = CodecSlots(codec, args.batch, kernels=args.kernels)
+    slots.warm_up()  # compiles (compiled kernels); no graphs: every kernel shows
     table = torch.randint(0, dims.codebook_size, (args.batch, 8, 8), device=device)
     table = table.to(torch.int16)
     index, rows = list(range(args.batch)), [0] * args.batch
@@ -60,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     header = (
         f"codec step, batch {args.batch}, {args.steps} steps, precision {args.precision}, "
-        f"{torch.cuda.get_device_name() if cuda else 'cpu'}, eager (no graph)\n"
+        f"{torch.cuda.get_device_name() if cuda else 'cpu'}, {args.kernels} kernels (no graph)\n"
     )
     (out / f"codec_profile_{args.batch}.txt").write_text(header + table_text)
     trace = out / f"codec_profile_{args.batch}.json"

@@ -120,6 +120,13 @@ def tiny_talker(tiny_checkpoint: Path) -> Any:
     return load_talker(tiny_checkpoint)
 
 
+@pytest.fixture(scope="module")
+def checkpoint_codec(tiny_talker: Any) -> Any:
+    """The tiny checkpoint's bundled codec (the offline decode tests compare with)."""
+    assert tiny_talker.codec is not None
+    return tiny_talker.codec
+
+
 @pytest.fixture
 def reference_engine(tiny_talker: Any) -> Iterator[Any]:
     """A Higgs engine on the reference talker with its codec beside it."""

@@ -1,11 +1,23 @@
-"""A talker fake for failure tests: the real model behind the runner's interface."""
+"""Talker test support: a fake for failure tests (the real model behind the
+runner's interface), and collecting a runner's rows."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+import numpy as np
 import torch
+
+
+async def collect(it: AsyncIterator[np.ndarray], limit: int | None = None) -> np.ndarray:
+    """A runner's rows ``[n, 8]``, stopping after ``limit`` when given."""
+    rows = []
+    async for row in it:
+        rows.append(row)
+        if limit is not None and len(rows) == limit:
+            break
+    return np.stack(rows) if rows else np.zeros((0, 8), dtype=np.int64)
 
 
 class FailingTalker:

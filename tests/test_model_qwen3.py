@@ -210,7 +210,9 @@ def test_bfloat16_tracks_float32(tiny_checkpoint: Path, loaded: LoadedTalker) ->
 
 
 def test_matches_transformers_qwen3(loaded: LoadedTalker, weights) -> None:
-    transformers = pytest.importorskip("transformers")
+    transformers = pytest.importorskip(
+        "transformers", reason="the reference Qwen3 implementation (a vLLM dependency)"
+    )
     cfg = loaded.config
     hf_cfg = transformers.Qwen3Config(
         vocab_size=cfg.vocab_size,

@@ -365,7 +365,7 @@ print(float(error))
 def test_fused_activations_give_the_eager_stream() -> None:
     """The Triton activation kernel (the CUDA path's), run by Triton's interpreter
     on the CPU, changes only float32 rounding: steps, a peek and the flush."""
-    pytest.importorskip("triton")
+    pytest.importorskip("triton", reason="the activation kernel is Triton's (a vLLM dependency)")
     from vllm_support.cpu_env import SUPPORT_DIR, cpu_vllm_env
 
     env = {**os.environ, **cpu_vllm_env()}

@@ -97,7 +97,9 @@ def test_tokenizer_covers_ascii_specials_and_tags(tiny_checkpoint: Path) -> None
 
 
 def test_transformers_reads_the_tokenizer(tiny_checkpoint: Path) -> None:
-    transformers = pytest.importorskip("transformers")
+    transformers = pytest.importorskip(
+        "transformers", reason="loading through transformers needs it (a vLLM dependency)"
+    )
     hf = transformers.AutoTokenizer.from_pretrained(str(tiny_checkpoint))
     tok = HiggsTokenizer.from_dir(tiny_checkpoint)
     text = "<|style:whispering|>Quiet, please. 42!"

@@ -16,20 +16,20 @@ from typing import Any
 
 import numpy as np
 import pytest
+from talker_support import collect
 from vllm_support.cpu_env import apply_cpu_vllm_env, vllm_available
 from vllm_support.talker_engine import (
     GREEDY,
     LoopThread,
     assert_close_to_peak,
     audio_of,
-    collect,
     offline_audio,
     sample_prompts,
     start_runner,
 )
 from vllm_support.talker_engine import reference_rows as reference
 
-from realtime_engine.talker.types import TalkerRequest
+from realtime_engine.talker.types import TalkerPrompt, TalkerRequest
 
 pytestmark = [
     pytest.mark.vllm,
@@ -50,19 +50,17 @@ def engine(tiny_checkpoint: Path) -> Iterator[tuple[Any, LoopThread]]:
 
 
 @pytest.fixture(scope="module")
-def codec(tiny_checkpoint: Path) -> Any:
-    from realtime_engine.model.loader import load_talker
-
-    loaded = load_talker(tiny_checkpoint)
-    assert loaded.codec is not None
-    return loaded.codec
+def prompts(tiny_checkpoint: Path) -> list[TalkerPrompt]:
+    return sample_prompts(tiny_checkpoint)
 
 
 def test_compiled_codec_audio_equals_the_offline_decode_of_the_greedy_rows(
-    engine: tuple[Any, LoopThread], tiny_checkpoint: Path, codec: Any
+    engine: tuple[Any, LoopThread],
+    tiny_checkpoint: Path,
+    prompts: list[TalkerPrompt],
+    checkpoint_codec: Any,
 ) -> None:
     runner, loops = engine
-    prompts = sample_prompts(tiny_checkpoint)
     rows = reference(tiny_checkpoint, prompts, max_new_tokens=NEW_TOKENS)
 
     async def together() -> list[np.ndarray]:
@@ -75,16 +73,15 @@ def test_compiled_codec_audio_equals_the_offline_decode_of_the_greedy_rows(
     audio = loops.run(together(), timeout=900)
     assert len(audio) == len(prompts) >= 4
     for got, want in zip(audio, rows, strict=True):
-        assert_close_to_peak(got, offline_audio(codec, want))
+        assert_close_to_peak(got, offline_audio(checkpoint_codec, want))
 
 
 def test_a_preempted_request_resumes_its_compiled_codec_state(
-    engine: tuple[Any, LoopThread], tiny_checkpoint: Path, codec: Any
+    engine: tuple[Any, LoopThread], prompts: list[TalkerPrompt], checkpoint_codec: Any
 ) -> None:
     """Two 80-row requests need 2 x 3 blocks of the 4: one is preempted, and its
     codec state is rebuilt from its rows before the compiled steps go on."""
     runner, loops = engine
-    prompts = sample_prompts(tiny_checkpoint)
 
     def request(rid: str, i: int) -> TalkerRequest:
         return TalkerRequest(rid, prompts[i], GREEDY, fixed_rows=80)
@@ -100,4 +97,4 @@ def test_a_preempted_request_resumes_its_compiled_codec_state(
         )
 
     for got, r in zip(loops.run(together(), timeout=900), rows, strict=True):
-        assert_close_to_peak(got, offline_audio(codec, r))
+        assert_close_to_peak(got, offline_audio(checkpoint_codec, r))

@@ -16,13 +16,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from talker_support import collect
 from vllm_support.cpu_env import apply_cpu_vllm_env, vllm_available
 from vllm_support.talker_engine import (
     GREEDY,
     LoopThread,
     assert_close_to_peak,
     audio_of,
-    collect,
     greedy_rows_together,
     offline_audio,
     reference_rows,
@@ -61,15 +61,6 @@ def expected(tiny_checkpoint: Path, prompts: list[TalkerPrompt]) -> list[np.ndar
     return reference_rows(tiny_checkpoint, prompts, fixed_rows=ROWS)
 
 
-@pytest.fixture(scope="module")
-def codec(tiny_checkpoint: Path) -> Any:
-    from realtime_engine.model.loader import load_talker
-
-    loaded = load_talker(tiny_checkpoint)
-    assert loaded.codec is not None
-    return loaded.codec
-
-
 def test_requests_spread_over_both_ranks_give_the_reference_greedy_rows(
     engine: tuple[Any, LoopThread], prompts: list[TalkerPrompt], expected: list[np.ndarray]
 ) -> None:
@@ -83,7 +74,7 @@ def test_each_rank_decodes_and_sends_its_own_audio(
     engine: tuple[Any, LoopThread],
     prompts: list[TalkerPrompt],
     expected: list[np.ndarray],
-    codec: Any,
+    checkpoint_codec: Any,
 ) -> None:
     """A burst of requests is spread over both ranks; every stream's audio
     equals the offline decode of its rows, whichever core decoded it."""
@@ -101,7 +92,7 @@ def test_each_rank_decodes_and_sends_its_own_audio(
         )
 
     for got, rows in zip(loops.run(burst()), expected, strict=True):
-        assert_close_to_peak(got, offline_audio(codec, rows))
+        assert_close_to_peak(got, offline_audio(checkpoint_codec, rows))
     report = runner.rank_stats()
     assert sorted(report.counters) == [0, 1]
     # Usually two each; vLLM's balancer also weighs its last load snapshot.
@@ -111,7 +102,7 @@ def test_each_rank_decodes_and_sends_its_own_audio(
 
 
 def test_preempted_requests_on_each_rank_resume_their_audio(
-    engine: tuple[Any, LoopThread], prompts: list[TalkerPrompt], codec: Any
+    engine: tuple[Any, LoopThread], prompts: list[TalkerPrompt], checkpoint_codec: Any
 ) -> None:
     """Four 80-row requests over two cores, each with KV room for one (its own
     4 blocks): requests are preempted and recomputed, as on one GPU."""
@@ -131,7 +122,7 @@ def test_preempted_requests_on_each_rank_resume_their_audio(
         )
 
     for got, rows in zip(loops.run(together()), alone, strict=True):
-        assert_close_to_peak(got, offline_audio(codec, rows))
+        assert_close_to_peak(got, offline_audio(checkpoint_codec, rows))
 
 
 def test_cancel_and_abort_reach_the_serving_rank_and_the_others_carry_on(

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from talker_support import collect
 from vllm_support.cpu_env import apply_cpu_vllm_env, vllm_available
 from vllm_support.talker_engine import (
     BLOCK_SIZE,
@@ -24,7 +25,6 @@ from vllm_support.talker_engine import (
     LoopThread,
     assert_close_to_peak,
     audio_of,
-    collect,
     offline_audio,
     sample_prompts,
     start_runner,
@@ -304,20 +304,11 @@ def test_greedy_rows_equal_the_reference_for_engine_clone_prompts(
 # ----------------------------------------------------------------- audio from the engine core
 
 
-@pytest.fixture(scope="module")
-def codec(tiny_checkpoint: Path) -> Any:
-    from realtime_engine.model.loader import load_talker
-
-    loaded = load_talker(tiny_checkpoint)
-    assert loaded.codec is not None
-    return loaded.codec
-
-
 def test_audio_from_the_engine_core_equals_the_offline_decode_of_the_greedy_rows(
     engine: tuple[Any, LoopThread],
     prompts: list[TalkerPrompt],
     reference_rows: list[np.ndarray],
-    codec: Any,
+    checkpoint_codec: Any,
 ) -> None:
     runner, loops = engine
 
@@ -330,7 +321,7 @@ def test_audio_from_the_engine_core_equals_the_offline_decode_of_the_greedy_rows
         return list(await asyncio.gather(*tasks))
 
     for got, rows in zip(loops.run(staggered()), reference_rows, strict=True):
-        assert_close_to_peak(got, offline_audio(codec, rows))
+        assert_close_to_peak(got, offline_audio(checkpoint_codec, rows))
 
 
 def test_an_audio_request_gets_its_rows_back_with_its_final_chunk_when_it_asks(
@@ -357,7 +348,7 @@ def test_an_audio_request_gets_its_rows_back_with_its_final_chunk_when_it_asks(
 
 
 def test_preempted_audio_requests_resume_their_codec_state(
-    engine: tuple[Any, LoopThread], prompts: list[TalkerPrompt], codec: Any
+    engine: tuple[Any, LoopThread], prompts: list[TalkerPrompt], checkpoint_codec: Any
 ) -> None:
     runner, loops = engine
 
@@ -372,14 +363,14 @@ def test_preempted_audio_requests_resume_their_codec_state(
         )
 
     for got, r in zip(loops.run(together()), rows, strict=True):
-        assert_close_to_peak(got, offline_audio(codec, r))
+        assert_close_to_peak(got, offline_audio(checkpoint_codec, r))
 
 
 def test_audio_aborted_mid_chunk_leaves_nothing_to_the_next_request(
     engine: tuple[Any, LoopThread],
     prompts: list[TalkerPrompt],
     reference_rows: list[np.ndarray],
-    codec: Any,
+    checkpoint_codec: Any,
 ) -> None:
     runner, loops = engine
     latency = ChunkingParams(1, 10, 10, 2)
@@ -395,7 +386,7 @@ def test_audio_aborted_mid_chunk_leaves_nothing_to_the_next_request(
 
     got_before, audio = loops.run(abort_then_again())
     assert 0 < got_before < 93 * 960
-    assert_close_to_peak(audio, offline_audio(codec, reference_rows[0]))
+    assert_close_to_peak(audio, offline_audio(checkpoint_codec, reference_rows[0]))
 
 
 def test_the_engine_core_stamps_the_first_rows_of_audio_requests(

@@ -78,12 +78,8 @@ def test_only_the_first_rank_decodes_and_sends_audio(
     engine: tuple[Any, LoopThread],
     prompts: list[TalkerPrompt],
     expected: list[np.ndarray],
-    tiny_checkpoint: Path,
+    checkpoint_codec: Any,
 ) -> None:
-    from realtime_engine.model.loader import load_talker
-
-    codec = load_talker(tiny_checkpoint).codec
-    assert codec is not None
     runner, loops = engine
     runner.rank_stats()
 
@@ -98,7 +94,7 @@ def test_only_the_first_rank_decodes_and_sends_audio(
         )
 
     for got, i in zip(loops.run(two()), (0, 3), strict=True):
-        assert_close_to_peak(got, offline_audio(codec, expected[i]))
+        assert_close_to_peak(got, offline_audio(checkpoint_codec, expected[i]))
     report = runner.rank_stats()
     # One engine core (data-parallel rank 0), each stream counted once.
     assert sorted(report.counters) == [0]

@@ -61,7 +61,6 @@ class CodecSlots:
         *,
         graphs: bool = False,
         kernels: str = DEFAULT_CODEC_KERNELS,
-        compile_backend: str = "inductor",
         ring_frames: int = RING_FRAMES,
     ) -> None:
         if kernels not in CODEC_KERNELS:
@@ -102,9 +101,7 @@ class CodecSlots:
         # before any graph is captured.
         self._advance_fn: Callable[[torch.Tensor, torch.Tensor], None] = self._advance
         if kernels == "compiled":
-            self._advance_fn = torch.compile(
-                self._advance, backend=compile_backend, fullgraph=True, dynamic=None
-            )
+            self._advance_fn = torch.compile(self._advance, fullgraph=True, dynamic=None)
 
     @contextlib.contextmanager
     def on_codec_stream(self) -> Iterator[None]:

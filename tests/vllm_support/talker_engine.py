@@ -11,13 +11,14 @@ import asyncio
 import copy
 import os
 import threading
-from collections.abc import AsyncIterator, Coroutine, Iterator
+from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 import torch
+from talker_support import collect
 
 from realtime_engine.codec.streaming import rows_to_frames
 from realtime_engine.engines.base import ChunkingParams
@@ -129,15 +130,6 @@ def greedy_rows_together(
         return list(await asyncio.gather(*(collect(runner.submit(r)) for r in requests)))
 
     return loops.run(together())
-
-
-async def collect(it: AsyncIterator[np.ndarray], limit: int | None = None) -> np.ndarray:
-    rows = []
-    async for row in it:
-        rows.append(row)
-        if limit is not None and len(rows) == limit:
-            break
-    return np.stack(rows) if rows else np.zeros((0, 8), dtype=np.int64)
 
 
 async def audio_of(

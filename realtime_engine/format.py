@@ -35,7 +35,7 @@ DEFAULT_CODEC_PRECISION: Final = "tf32"
 
 # How the served codec step runs on CUDA: ``eager`` (PyTorch operators, one
 # CUDA graph per batch bucket), ``snake`` (each activation one Triton kernel)
-# ``compiled`` (the whole step through torch.compile: elementwise passes,
+# or ``compiled`` (the whole step through torch.compile: elementwise passes,
 # state gathers and scatters fused); one CUDA graph per bucket whichever.
 # eager by default: see docs/bench/RESULTS.md, section 10.
 CODEC_KERNELS: Final = ("eager", "snake", "compiled")

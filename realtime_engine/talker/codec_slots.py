@@ -66,12 +66,10 @@ class CodecSlots:
         if kernels not in CODEC_KERNELS:
             raise ValueError(f"codec kernels must be one of {CODEC_KERNELS}; got {kernels!r}")
         self.kernels = kernels
-        cuda = codec.device.type == "cuda"  # the Triton kernels are CUDA's
-        self.stream_codec = StreamingCodec(
-            codec,
-            max_slots=slots + 1,
-            fused=kernels == "snake" and cuda,
-        )
+        self._cuda = codec.device.type == "cuda"
+        # the activation kernel is Triton's: CUDA only
+        fused = kernels == "snake" and self._cuda
+        self.stream_codec = StreamingCodec(codec, max_slots=slots + 1, fused=fused)
         self.trash = slots  # never a talker slot: padded batch rows go here
         self.device = self.stream_codec.device
         self.hop = self.stream_codec.hop
@@ -79,7 +77,6 @@ class CodecSlots:
         self.num_codebooks = self.stream_codec.num_quantizers
         self.ring_len = ring_frames * self.hop
         self.ring = torch.zeros(slots + 1, self.ring_len, dtype=torch.float32, device=self.device)
-        self._cuda = self.device.type == "cuda"
         self.stream = torch.cuda.Stream(self.device) if self._cuda else None
         self._sizes = bucket_sizes(slots)
         if kernels == "compiled" and slots > 1:

@@ -4,7 +4,9 @@ Runs the same tensor operations the vLLM sampler runs each step (delay
 masks, counter noise, RAS history, per-codebook sampling, machine advance,
 row write-back, row copy-out) on random logits, and reports per stage the
 GPU time (CUDA events) and the host time to issue it; then the whole step
-as the engine runs it, eager and replayed from its captured CUDA graph. Writes
+as the engine runs it: eager, replayed from its captured CUDA graph, and
+through torch.compile before capture (the engine's default), with a check
+that the graphs draw the eager rows. Writes
 ``$OUT/talker_sampler_step.json``.
 
     python -m bench.talker_sampler_step [--batches 1,16,64,256] [--iters 200]
@@ -32,6 +34,8 @@ from realtime_engine.talker.vllm_sampling import counter_noise, recent_codes
 from realtime_engine.talker.vllm_slots import TalkerSlots
 
 MAX_LEN = 4096
+# steps of the whole-step check (graphs and compiled graphs against eager)
+CHECK_STEPS = 40
 
 
 def measure(batch: int, iters: int, device: torch.device) -> dict[str, dict[str, float]]:
@@ -123,40 +127,66 @@ def measure(batch: int, iters: int, device: torch.device) -> dict[str, dict[str,
 
 
 def measure_whole_step(batch: int, iters: int, device: torch.device) -> dict[str, float]:
-    """The vLLM sampler's whole device step (:meth:`TalkerSlots.step`), eager and, on
-    CUDA, replayed from the captured graph of its batch bucket: wall ms per step."""
-    slots = TalkerSlots(batch, MAX_LEN, NUM_CODEBOOKS, CODEBOOK_VOCAB, device)
-    for slot in range(batch):
-        slots.admit(slot, _release_args(slot), 32, 32)
+    """The vLLM sampler's whole device step (:meth:`TalkerSlots.step`): eager and, on
+    CUDA, replayed from the captured graph of its batch bucket, as captured and
+    through torch.compile first (``compiled``, the engine's default). Wall ms per
+    step, and how many of ``CHECK_STEPS`` steps' tokens and rows differ from eager
+    (seeded top-k/top-p sampling with RAS, the same logits for each)."""
+    cuda = device.type == "cuda"
+    # on CPU "compiled" is Inductor's CPU code, without graphs
+    names = ["eager", *(["graph"] if cuda else []), "compiled"]
+    state = {
+        name: TalkerSlots(batch, MAX_LEN, NUM_CODEBOOKS, CODEBOOK_VOCAB, device) for name in names
+    }
+    for slots in state.values():
+        for slot in range(batch):
+            slots.admit(slot, _release_args(slot), 32, 32)
     idx = torch.arange(batch, device=device)
-    logits = torch.randn(batch, NUM_CODEBOOKS * CODEBOOK_VOCAB, device=device)
-    runners: dict[str, Callable[[], object]] = {}
+    runners: dict[str, Callable[[torch.Tensor], tuple[torch.Tensor, ...]]] = {}
+    for name, slots in state.items():
+        if name == "eager":
+            run: Callable[..., Any] = slots.step
+        else:
+            run = PaddedStepGraphs(
+                slots.step,
+                max_batch=batch,
+                pad_slot=slots.trash_slot,
+                device=device,
+                capture=cuda,
+                compiled=name == "compiled",
+            )
 
-    def eager() -> object:
-        seq_lens = slots.prefill_len[idx] + slots.termination.step[idx]
-        return slots.step(logits, idx, seq_lens)
-
-    runners["eager"] = eager
-    if device.type == "cuda":
-        graphs = PaddedStepGraphs(
-            slots.step, max_batch=batch, pad_slot=slots.trash_slot, device=device
-        )
-
-        def graph() -> object:
+        def runner(
+            logits: torch.Tensor, slots: TalkerSlots = slots, run: Callable[..., Any] = run
+        ) -> tuple[torch.Tensor, ...]:
             seq_lens = slots.prefill_len[idx] + slots.termination.step[idx]
-            return graphs(logits, idx, seq_lens)
+            out = run(logits, idx, seq_lens)
+            assert out is not None
+            return tuple(out)
 
-        runners["graph"] = graph
+        runners[name] = runner
     out: dict[str, float] = {}
+    gen = torch.Generator(device=device).manual_seed(batch)
+    mismatched = dict.fromkeys(names[1:], 0)
+    for _ in range(CHECK_STEPS):
+        logits = torch.randn(batch, NUM_CODEBOOKS * CODEBOOK_VOCAB, device=device, generator=gen)
+        want = runners["eager"](logits)
+        for name in names[1:]:
+            got = runners[name](logits)
+            if not all(torch.equal(x, y) for x, y in zip(want, got, strict=True)):
+                mismatched[name] += 1
+    for name, steps in mismatched.items():
+        out[f"{name}_steps_unlike_eager"] = steps
+    logits = torch.randn(batch, NUM_CODEBOOKS * CODEBOOK_VOCAB, device=device)
     for name, fn in runners.items():
         for _ in range(10):
-            fn()
-        if device.type == "cuda":
+            fn(logits)
+        if cuda:
             torch.cuda.synchronize()
         t = time.perf_counter()
         for _ in range(iters):
-            fn()
-        if device.type == "cuda":
+            fn(logits)
+        if cuda:
             torch.cuda.synchronize()
         out[f"{name}_ms"] = round(1000 * (time.perf_counter() - t) / iters, 4)
     return out

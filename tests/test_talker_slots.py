@@ -252,3 +252,71 @@ def test_the_step_is_capturable_no_host_tensors_reads_or_data_dependent_shapes(
     assert watch.offenders == []
     assert tokens.shape == real.shape == (batch,)
     assert packed.shape == (batch, NUM_CODEBOOKS + 3)
+
+
+def test_the_compiled_sampler_draws_the_eager_rows_from_one_trace() -> None:
+    """``compiled=True``: the step through torch.compile (Inductor's CPU code here,
+    Triton's on CUDA) gives the eager step's tokens, rows and slot state exactly,
+    greedy, seeded, top-k/top-p and RAS alike, for every batch size and order
+    (a batch of 1 runs padded to 2), from a single trace."""
+    from torch._dynamo.utils import counters
+
+    eager = fresh_slots()
+    compiled = copy.deepcopy(eager)
+    runner = PaddedStepGraphs(
+        compiled.step,
+        max_batch=MAX_SLOTS,
+        pad_slot=compiled.trash_slot,
+        device=CPU,
+        capture=False,
+        compiled=True,
+    )
+    assert 1 not in runner.sizes
+    traced = counters["stats"]["unique_graphs"]
+    rng = np.random.default_rng(7)
+    gen = torch.Generator().manual_seed(7)
+    requests = sorted(REQUESTS)
+    for _ in range(26):  # past every request's end: EOC, ramp-down, eos
+        order = [int(s) for s in rng.permutation(requests)[: rng.integers(1, len(requests) + 1)]]
+        logits = torch.randn(len(order), WIDTH, generator=gen)
+        idx = torch.tensor(order)
+        seq_lens = eager.prefill_len[idx] + eager.termination.step[idx]
+        want = eager.step(logits, idx, seq_lens)
+        got = runner(logits, idx, seq_lens)
+        assert got is not None
+        for x, y in zip(want, got, strict=True):
+            assert torch.equal(x, y)
+    assert_same_state(eager, compiled)
+    assert counters["stats"]["unique_graphs"] - traced == 1
+
+
+def test_a_sampler_the_compiler_cannot_trace_runs_eagerly() -> None:
+    """A compiler failure costs speed, not the engine: the runner falls back to the
+    eager step (and its full set of buckets) and still gives the eager rows."""
+    eager = fresh_slots()
+    fallback = copy.deepcopy(eager)
+
+    def untraceable(
+        logits: torch.Tensor, slots: torch.Tensor, seq_lens: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if int(seq_lens.sum()) < 0:  # a host read: fullgraph tracing refuses it
+            raise AssertionError
+        return fallback.step(logits, slots, seq_lens)
+
+    runner = PaddedStepGraphs(
+        untraceable,
+        max_batch=MAX_SLOTS,
+        pad_slot=fallback.trash_slot,
+        device=CPU,
+        capture=False,
+        compiled=True,
+    )
+    idx = torch.tensor([5, 2])
+    logits = torch.randn(2, WIDTH, generator=torch.Generator().manual_seed(3))
+    seq_lens = eager.prefill_len[idx]
+    got = runner(logits, idx, seq_lens)
+    assert not runner.compiled and 1 in runner.sizes
+    assert got is not None
+    for x, y in zip(eager.step(logits, idx, seq_lens), got, strict=True):
+        assert torch.equal(x, y)
+    assert_same_state(eager, fallback)

@@ -5,11 +5,17 @@ with one slot per talker slot (plus a trash slot that padded batch rows
 address), and a PCM ring per slot that holds the committed samples a chunk
 has not taken yet. Each call of :meth:`step` feeds one frame to each of a
 set of slots: the frame's codes are gathered from the talker's row table on
-the current stream (ordered with the talker's writes to the table), the
-codec step runs on the codec stream (so it overlaps the talker's next
-forward pass) and writes its 960 committed samples into the ring. On CUDA
-the step is a captured graph per batch-size bucket: one launch, no host
-synchronisation. :meth:`chunks` cuts chunks out of the rings, completing a
+a gather stream of their own, the codec step runs on the codec stream (so it
+overlaps the talker's forward passes) and writes its 960 committed samples
+into the ring. On CUDA the step is a captured graph per batch-size bucket:
+one launch, no host synchronisation.
+
+The caller only steps frames whose rows it knows are written (their step's
+event completed), so the gather waits for nothing: a frame is decoded while
+the talker's next step still runs, not after it. The other direction is
+ordered by :meth:`fence`: before the talker writes rows into a slot for a
+new request, its stream waits for the gathers already issued, which may
+still read the slot's previous request. :meth:`chunks` cuts chunks out of the rings, completing a
 chunk's right edge with a speculative :meth:`StreamingCodec.peek` where the
 committed samples do not reach it yet (holdbacks under the receptive field,
 and the end of an utterance).
@@ -78,6 +84,8 @@ class CodecSlots:
         self.ring_len = ring_frames * self.hop
         self.ring = torch.zeros(slots + 1, self.ring_len, dtype=torch.float32, device=self.device)
         self.stream = torch.cuda.Stream(self.device) if self._cuda else None
+        self.gather_stream = torch.cuda.Stream(self.device) if self._cuda else None
+        self._gathered: torch.cuda.Event | None = None  # the last gather, on its stream
         self._sizes = bucket_sizes(slots)
         if kernels == "compiled" and slots > 1:
             # a batch of 1 runs padded to 2: one dynamic trace serves every batch
@@ -92,8 +100,6 @@ class CodecSlots:
         )
         self._books = torch.arange(self.num_codebooks, device=self.device)
         self._hop_range = torch.arange(self.hop, device=self.device)
-        # The last step's inputs are read (codec stream) before the next write (current stream).
-        self._inputs_free: torch.cuda.Event | None = None
         # The whole step through torch.compile: traced once, for a dynamic batch,
         # before any graph is captured.
         self._advance_fn: Callable[[torch.Tensor, torch.Tensor], None] = self._advance
@@ -160,8 +166,11 @@ class CodecSlots:
         self.reset(slot)
         if frames <= 0:
             return
+        # on the current stream: after the talker restored the rows
         codes, _ = self._gather(table, [slot], [first_row], frames)  # [1, Q, frames]
         ready = self._record_current()
+        if self.stream is not None:
+            codes.record_stream(self.stream)
         with self.on_codec_stream():
             self._wait(ready)
             pcm = self.stream_codec.step([slot], codes)[0]  # samples [-delay, 960 frames - delay)
@@ -183,25 +192,44 @@ class CodecSlots:
             return
         padded = self._graphs or self.kernels == "compiled"
         size = next(s for s in self._sizes if s >= b) if padded else b
-        if self._inputs_free is not None:
-            torch.cuda.current_stream(self.device).wait_event(self._inputs_free)
-        codes, index = self._gather(table, slots, rows, 1)
-        self._codes_in[:b].copy_(codes)
-        self._slot_in[:b].copy_(index)
-        if size > b:
-            self._slot_in[b:size].fill_(self.trash)
-            self._codes_in[b:size].zero_()
-        ready = self._record_current()
+        codes, index = self._gather_known_rows(table, slots, rows)
         with self.on_codec_stream():
-            self._wait(ready)
+            self._wait(self._gathered)
+            # the static inputs are written on the codec stream: after the last
+            # step read them, with no wait on the talker's stream
+            self._codes_in[:b].copy_(codes)
+            self._slot_in[:b].copy_(index)
+            if size > b:
+                self._slot_in[b:size].fill_(self.trash)
+                self._codes_in[b:size].zero_()
             graph = self._graphs.get(size)
             if graph is not None:
                 graph.replay()
             else:
                 self._run(size)
-            if self.stream is not None:
-                self._inputs_free = torch.cuda.Event()
-                self._inputs_free.record(self.stream)
+
+    def fence(self) -> None:
+        """Order the current stream after every gather issued so far: call before
+        the talker writes rows into a slot whose previous request may still be
+        read (admission; cheap, the gather stream does nothing else)."""
+        if self._gathered is not None:
+            torch.cuda.current_stream(self.device).wait_event(self._gathered)
+
+    def _gather_known_rows(
+        self, table: torch.Tensor, slots: Sequence[int], rows: Sequence[int]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`_gather` of one frame on the gather stream (rows already written)."""
+        if self.gather_stream is None:
+            return self._gather(table, slots, rows, 1)
+        with torch.cuda.stream(self.gather_stream):
+            codes, index = self._gather(table, slots, rows, 1)
+            self._gathered = torch.cuda.Event()
+            self._gathered.record(self.gather_stream)
+        assert self.stream is not None
+        # allocated on the gather stream, read on the codec stream
+        codes.record_stream(self.stream)
+        index.record_stream(self.stream)
+        return codes, index
 
     def _run(self, size: int) -> None:
         slots, codes = self._slot_in[:size], self._codes_in[:size]

@@ -105,6 +105,11 @@ class SlotCodec:
     def warm_up(self) -> None:
         self.device_codec.warm_up()
 
+    def fence(self) -> None:
+        """Call before the talker writes rows into a slot for a new request
+        (:meth:`CodecSlots.fence`)."""
+        self.device_codec.fence()
+
     # -- per-request state -------------------------------------------------------
 
     def open(self, key: str, slot: int, base: int, chunking: ChunkingParams) -> SlotStream:

@@ -130,10 +130,10 @@ def allowed_for_modes(modes: torch.Tensor, vocab: int = CODEBOOK_VOCAB) -> torch
     is_eoc = v == EOC
     m = modes.unsqueeze(-1)
     return (
-        ((m == CodebookMode.CODE) & is_code)
-        | ((m == CodebookMode.CODE_OR_EOC) & (is_code | is_eoc))
-        | ((m == CodebookMode.BOC_ONLY) & is_boc)
-        | ((m == CodebookMode.EOC_ONLY) & is_eoc)
+        ((m == int(CodebookMode.CODE)) & is_code)
+        | ((m == int(CodebookMode.CODE_OR_EOC)) & (is_code | is_eoc))
+        | ((m == int(CodebookMode.BOC_ONLY)) & is_boc)
+        | ((m == int(CodebookMode.EOC_ONLY)) & is_eoc)
     )
 
 
@@ -160,8 +160,9 @@ def batch_modes(
 
 def apply_forced(codes: torch.Tensor, modes: torch.Tensor) -> torch.Tensor:
     """Overwrite the cells whose mode admits a single code."""
-    codes = torch.where(modes == CodebookMode.BOC_ONLY, BOC, codes)
-    return torch.where(modes == CodebookMode.EOC_ONLY, EOC, codes)
+    # plain ints: torch.compile traces an IntEnum comparison as a Python bool
+    codes = torch.where(modes == int(CodebookMode.BOC_ONLY), BOC, codes)
+    return torch.where(modes == int(CodebookMode.EOC_ONLY), EOC, codes)
 
 
 class BatchTermination:

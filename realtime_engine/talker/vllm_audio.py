@@ -103,6 +103,11 @@ class VllmAudio:
 
     # -- request lifecycle ------------------------------------------------------
 
+    def fence(self) -> None:
+        """The talker is about to write into a slot (admission): order that after
+        the codec's reads of the slot's previous request."""
+        self.codec.fence()
+
     def open(self, args: TalkerArgs, slot: int, prompt_len: int) -> None:
         self._args[args.correlation_id] = args
         self.codec.open(args.correlation_id, slot, prompt_len, args.chunking_params())

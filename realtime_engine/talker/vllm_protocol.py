@@ -39,6 +39,10 @@ from realtime_engine.talker.types import (
 EXTRA_ARGS_KEY = "higgs_talker"
 # vLLM ``additional_config`` entry with the engine core's codec settings.
 CODEC_CONFIG_KEY = "higgs_codec"
+# ``additional_config`` entry with the code sampler's settings: ``{"compiled": bool}``
+# (default True: the sampler step goes through torch.compile before its graphs
+# are captured; CUDA only).
+SAMPLER_CONFIG_KEY = "higgs_sampler"
 # Longest repetition-aware-sampling window the device buffers hold.
 MAX_RAS_WINDOW = 32
 _ROW_DTYPE = np.dtype("<i2")

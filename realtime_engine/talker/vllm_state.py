@@ -42,7 +42,7 @@ except ImportError:  # releases where MRv2 returned the shared V1 type
 
 from realtime_engine.format import DEFAULT_CODEC_KERNELS
 from realtime_engine.talker.vllm_audio import VllmAudio
-from realtime_engine.talker.vllm_protocol import TalkerArgs
+from realtime_engine.talker.vllm_protocol import SAMPLER_CONFIG_KEY, TalkerArgs
 from realtime_engine.talker.vllm_publish import RowPublisher
 from realtime_engine.talker.vllm_rows import set_process_rank
 from realtime_engine.talker.vllm_sampler_graphs import PaddedStepGraphs, graphs_wanted
@@ -102,6 +102,7 @@ class HiggsModelState(DefaultModelState):
                 max_batch=self.max_num_reqs,
                 pad_slot=self.slots.trash_slot,
                 device=device,
+                compiled=sampler_compiled(vllm_config),
             )
             if use_graphs
             else None
@@ -114,6 +115,9 @@ class HiggsModelState(DefaultModelState):
     # -- request lifecycle -------------------------------------------------
 
     def add_request(self, req_index: int, new_req_data: Any) -> None:
+        if self.audio is not None:
+            # the slot's rows are about to change: not before the codec read them
+            self.audio.fence()
         super().add_request(req_index, new_req_data)
         slot = req_index
         self.slot_of[new_req_data.req_id] = slot
@@ -233,6 +237,14 @@ class HiggsModelState(DefaultModelState):
                 [a.correlation_id if a is not None and a.chunking else None for a in args],
             )
         return tokens, real
+
+
+def sampler_compiled(vllm_config: VllmConfig) -> bool:
+    """Whether the code sampler goes through torch.compile before its graphs are
+    captured (``additional_config["higgs_sampler"]["compiled"]``, default True)."""
+    extra = vllm_config.additional_config
+    options = (extra.get(SAMPLER_CONFIG_KEY) if isinstance(extra, dict) else None) or {}
+    return bool(options.get("compiled", True))
 
 
 def _is_first_rank(vllm_config: VllmConfig) -> bool:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from bench.codec_throughput import main
 
@@ -55,9 +56,35 @@ def test_the_codec_soak_runs_streams_through_their_whole_lives(tmp_path: Path) -
 
     argv = ["--tiny", "--kernels", "eager", "--slots", "3", "--seconds", "1.5"]
     argv += ["--min-frames", "3", "--max-frames", "9", "--replay-rate", "0.1"]
+    argv += ["--verify", "6", "--tolerance", "1e-5"]
     assert soak([*argv, "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "codec_soak.json").read_text())
     assert report["stall"] is None
     assert report["ended"] >= 3 and report["streams"] == report["ended"] + 3  # slots refilled
     assert report["chunks"] >= report["ended"]  # every ended stream had its final chunk
     assert report["replays"] > 0 and report["steps"] > 0
+    # the first six streams, replays and reused slots included, are the whole decode
+    assert report["verified"]["streams"] == 6
+    assert report["verified"]["worst_error_of_peak"] <= 1e-5
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_the_codec_soak_catches_audio_that_is_not_the_whole_decode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The verification can fail: one sample of every chunk off by a little is caught
+    (exit status 4, the stream named)."""
+    from bench.gpu import codec_soak
+
+    real = codec_soak.SlotCodec.decode
+
+    def off_by_a_little(self: object, plans: object) -> torch.Tensor:
+        pcm = real(self, plans)  # type: ignore[arg-type]
+        pcm[:, 0] += 0.01 * float(pcm.abs().max())
+        return pcm
+
+    monkeypatch.setattr(codec_soak.SlotCodec, "decode", off_by_a_little)
+    argv = ["--tiny", "--kernels", "eager", "--slots", "2", "--seconds", "0.5"]
+    argv += ["--min-frames", "3", "--max-frames", "6", "--verify", "4", "--tolerance", "1e-3"]
+    assert codec_soak.main([*argv, "--out", str(tmp_path)]) == 4
+    assert "of the peak off its whole decode" in (tmp_path / "codec_soak.json").read_text()

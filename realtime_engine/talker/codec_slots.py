@@ -10,15 +10,18 @@ overlaps the talker's forward passes) and writes its 960 committed samples
 into the ring. On CUDA the step is a captured graph per batch-size bucket:
 one launch, no host synchronisation.
 
-The caller only steps frames whose rows it knows are written (their step's
-event completed), so the gather waits for nothing: a frame is decoded while
-the talker's next step still runs, not after it. The other direction is
-ordered by :meth:`fence`: before the talker writes rows into a slot for a
-new request, its stream waits for the gathers already issued, which may
-still read the slot's previous request. :meth:`chunks` cuts chunks out of the rings, completing a
-chunk's right edge with a speculative :meth:`StreamingCodec.peek` where the
-committed samples do not reach it yet (holdbacks under the receptive field,
-and the end of an utterance).
+A caller that knows the frames' rows are written (the engine core: their
+step's event completed) says so with ``rows_written``, and the gather waits
+for nothing: a frame is decoded while the talker's next step still runs, not
+after it. Otherwise the gather waits for the current stream's work so far.
+The other direction is ordered by :meth:`fence`: before the talker writes
+rows into a slot for a new request, its stream waits for the gathers already
+issued, which may still read the slot's previous request.
+
+:meth:`chunks` cuts chunks out of the rings, completing a chunk's right edge
+with a speculative :meth:`StreamingCodec.peek` where the committed samples do
+not reach it yet (holdbacks under the receptive field, and the end of an
+utterance).
 
 Sample ``j`` of a stream (whole-utterance decode numbering) lives at ring
 position ``j mod ring_len``. After ``F`` frames a slot has committed samples
@@ -183,16 +186,24 @@ class CodecSlots:
 
     # -- per step --------------------------------------------------------------------
 
-    def step(self, slots: Sequence[int], rows: Sequence[int], table: torch.Tensor) -> None:
+    def step(
+        self,
+        slots: Sequence[int],
+        rows: Sequence[int],
+        table: torch.Tensor,
+        *,
+        rows_written: bool = False,
+    ) -> None:
         """Feed one frame to each slot: ``rows[i]`` is the table position of the row
         that holds codebook 0 of slot ``slots[i]``'s frame (its codebook ``c`` is
-        ``c`` rows further). Slots must be distinct."""
+        ``c`` rows further). Slots must be distinct. ``rows_written``: the rows are
+        known to be in the table already (their writes completed)."""
         b = len(slots)
         if b == 0:
             return
         padded = self._graphs or self.kernels == "compiled"
         size = next(s for s in self._sizes if s >= b) if padded else b
-        codes, index = self._gather_known_rows(table, slots, rows)
+        codes, index = self._gather_on_side(table, slots, rows, rows_written)
         with self.on_codec_stream():
             self._wait(self._gathered)
             # the static inputs are written on the codec stream: after the last
@@ -215,12 +226,15 @@ class CodecSlots:
         if self._gathered is not None:
             torch.cuda.current_stream(self.device).wait_event(self._gathered)
 
-    def _gather_known_rows(
-        self, table: torch.Tensor, slots: Sequence[int], rows: Sequence[int]
+    def _gather_on_side(
+        self, table: torch.Tensor, slots: Sequence[int], rows: Sequence[int], written: bool
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`_gather` of one frame on the gather stream (rows already written)."""
+        """:meth:`_gather` of one frame on the gather stream; unless the rows are
+        known to be ``written``, after the current stream's work so far."""
         if self.gather_stream is None:
             return self._gather(table, slots, rows, 1)
+        if not written:
+            self.gather_stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(self.gather_stream):
             codes, index = self._gather(table, slots, rows, 1)
             self._gathered = torch.cuda.Event()

@@ -116,6 +116,7 @@ class SlotCodec:
         """Start decoding request ``key`` (fresh state; any old state of ``key`` goes)."""
         stream = SlotStream(key, slot, base, validate_chunking(chunking))
         self._streams[key] = stream
+        self.device_codec.fence()  # the caller writes the slot's rows from now on
         self.device_codec.reset(slot)
         return stream
 
@@ -137,6 +138,7 @@ class SlotCodec:
     def attach(self, stream: SlotStream, slot: int) -> None:
         """Resume a detached stream, possibly in another slot, with its rows restored
         at the same table positions there (its codec state is rebuilt from them)."""
+        self.device_codec.fence()
         stream.slot = slot
         stream.replay = True
         self._streams[stream.key] = stream
@@ -159,9 +161,11 @@ class SlotCodec:
 
     # -- the codec steps -----------------------------------------------------------
 
-    def feed(self, table: torch.Tensor) -> None:
+    def feed(self, table: torch.Tensor, *, rows_written: bool = False) -> None:
         """Step every complete frame not stepped yet through the codec (``table``:
-        ``[slots, positions, Q]``, read on the current stream)."""
+        ``[slots, positions, Q]``). ``rows_written``: every row advanced so far is
+        known to be in the table (its write completed), so the codec need not
+        wait for the current stream (:meth:`CodecSlots.step`)."""
         work = []
         for key in sorted(self._feeding):  # sorted: the same batches every time
             stream = self._streams[key]
@@ -171,7 +175,12 @@ class SlotCodec:
                 work.append(stream)
         self._feeding.clear()
         while work:
-            self.device_codec.step([s.slot for s in work], [s.base + s.fed for s in work], table)
+            self.device_codec.step(
+                [s.slot for s in work],
+                [s.base + s.fed for s in work],
+                table,
+                rows_written=rows_written,
+            )
             for s in work:
                 s.fed += 1
             work = [s for s in work if s.available > s.fed]

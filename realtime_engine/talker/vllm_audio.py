@@ -200,7 +200,8 @@ class VllmAudio:
 
     def _decode_due(self) -> None:
         try:
-            self.codec.feed(self.table)
+            # only rows of statuses whose event completed were advanced
+            self.codec.feed(self.table, rows_written=True)
         except Exception as e:  # a codec failure fails its requests, not the engine
             self._fail_keys(self.codec.active(), e)
             return

@@ -320,3 +320,33 @@ def test_a_sampler_the_compiler_cannot_trace_runs_eagerly() -> None:
     for x, y in zip(eager.step(logits, idx, seq_lens), got, strict=True):
         assert torch.equal(x, y)
     assert_same_state(eager, fallback)
+
+
+def test_the_compiled_sampler_is_traced_after_one_eager_step() -> None:
+    """The step's cached constants (the noise lanes) exist before the trace, so the
+    trace reads them as tensors (traced from scratch, their ``arange + 64-bit
+    constant`` fails Triton's compiler, whose arange is 32-bit)."""
+    from realtime_engine.talker import vllm_sampling
+
+    vllm_sampling._LANES.clear()
+    slots = fresh_slots()
+    seen: list[int] = []
+
+    def step(
+        logits: torch.Tensor, idx: torch.Tensor, seq_lens: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if not torch.compiler.is_compiling():
+            seen.append(len(vllm_sampling._LANES))
+        return slots.step(logits, idx, seq_lens)
+
+    runner = PaddedStepGraphs(
+        step,
+        max_batch=MAX_SLOTS,
+        pad_slot=slots.trash_slot,
+        device=CPU,
+        capture=False,
+        compiled=True,
+    )
+    assert runner(torch.randn(1, WIDTH), torch.tensor([0]), slots.prefill_len[:1]) is not None
+    assert runner.compiled
+    assert seen[0] == 0 and len(vllm_sampling._LANES) == 1  # eager ran first, built the lanes

@@ -22,8 +22,9 @@ the previous step's tokens on another stream when the next replay runs.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -157,26 +158,35 @@ class PaddedStepGraphs:
         if self._capture_graphs:
             self._capture()
 
-    def _warm_up(self) -> None:
+    def _warm_up(self, *, eager_first: bool = False) -> None:
         """Run the largest and smallest bucket once (on CUDA on a side stream, as
-        capture wants): every row is padding, so this touches only the trash slot."""
-        sizes = (self._sizes[-1], self._sizes[0])
-        if self._device.type != "cuda":
-            for size in sizes:
+        capture wants): every row is padding, so this touches only the trash slot.
+        ``eager_first``: the eager step once before (it builds the step's cached
+        constants, such as the noise lanes, so that a trace reads them as tensors:
+        traced, ``arange + 64-bit constant`` is beyond Triton's 32-bit arange)."""
+        with self._side_stream():
+            if eager_first:
+                assert self._logits is not None
+                self._eager_step(self._logits[:1], self._slots[:1], self._seq_lens[:1])
+            for size in (self._sizes[-1], self._sizes[0]):
                 self._run(size)
+
+    @contextlib.contextmanager
+    def _side_stream(self) -> Iterator[None]:
+        if self._device.type != "cuda":
+            yield
             return
         side = torch.cuda.Stream(self._device)
         side.wait_stream(torch.cuda.current_stream(self._device))
         with torch.cuda.stream(side):
-            for size in sizes:
-                self._run(size)
+            yield
         torch.cuda.current_stream(self._device).wait_stream(side)
 
     def _trace(self) -> None:
         """Compile the step now; if the compiler fails, go on with the eager step
         (slower by the kernels it would have fused, never wrong)."""
         try:
-            self._warm_up()
+            self._warm_up(eager_first=True)
         except Exception as e:  # any compiler failure: the eager step still works
             logger.warning(
                 "torch.compile of the code sampler failed; capturing the eager step (%s)", e

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -254,6 +255,21 @@ def test_the_step_is_capturable_no_host_tensors_reads_or_data_dependent_shapes(
     assert packed.shape == (batch, NUM_CODEBOOKS + 3)
 
 
+def compiled_cpu_runner(
+    step: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, ...]],
+    slots: TalkerSlots,
+) -> PaddedStepGraphs:
+    """The padded runner with ``compiled=True``, without graphs (Inductor's CPU code)."""
+    return PaddedStepGraphs(
+        step,
+        max_batch=MAX_SLOTS,
+        pad_slot=slots.trash_slot,
+        device=CPU,
+        capture=False,
+        compiled=True,
+    )
+
+
 def test_the_compiled_sampler_draws_the_eager_rows_from_one_trace() -> None:
     """``compiled=True``: the step through torch.compile (Inductor's CPU code here,
     Triton's on CUDA) gives the eager step's tokens, rows and slot state exactly,
@@ -263,14 +279,7 @@ def test_the_compiled_sampler_draws_the_eager_rows_from_one_trace() -> None:
 
     eager = fresh_slots()
     compiled = copy.deepcopy(eager)
-    runner = PaddedStepGraphs(
-        compiled.step,
-        max_batch=MAX_SLOTS,
-        pad_slot=compiled.trash_slot,
-        device=CPU,
-        capture=False,
-        compiled=True,
-    )
+    runner = compiled_cpu_runner(compiled.step, compiled)
     assert 1 not in runner.sizes
     traced = counters["stats"]["unique_graphs"]
     rng = np.random.default_rng(7)
@@ -303,14 +312,7 @@ def test_a_sampler_the_compiler_cannot_trace_runs_eagerly() -> None:
             raise AssertionError
         return fallback.step(logits, slots, seq_lens)
 
-    runner = PaddedStepGraphs(
-        untraceable,
-        max_batch=MAX_SLOTS,
-        pad_slot=fallback.trash_slot,
-        device=CPU,
-        capture=False,
-        compiled=True,
-    )
+    runner = compiled_cpu_runner(untraceable, fallback)
     idx = torch.tensor([5, 2])
     logits = torch.randn(2, WIDTH, generator=torch.Generator().manual_seed(3))
     seq_lens = eager.prefill_len[idx]
@@ -339,14 +341,7 @@ def test_the_compiled_sampler_is_traced_after_one_eager_step() -> None:
             seen.append(len(vllm_sampling._LANES))
         return slots.step(logits, idx, seq_lens)
 
-    runner = PaddedStepGraphs(
-        step,
-        max_batch=MAX_SLOTS,
-        pad_slot=slots.trash_slot,
-        device=CPU,
-        capture=False,
-        compiled=True,
-    )
+    runner = compiled_cpu_runner(step, slots)
     assert runner(torch.randn(1, WIDTH), torch.tensor([0]), slots.prefill_len[:1]) is not None
     assert runner.compiled
     assert seen[0] == 0 and len(vllm_sampling._LANES) == 1  # eager ran first, built the lanes

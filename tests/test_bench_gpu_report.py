@@ -55,6 +55,7 @@ def test_merge_command_and_summary(tmp_path: Path, capsys) -> None:  # type: ign
     (tmp_path / "steps.tsv").write_text("sweep_c64\tskipped\t0\tneeds 50s\n")
     (tmp_path / "cpu.csv").write_text(
         "t_s,role,pid,cpu_pct,rss_mb\n2.0,bench,7,40,90\n4.0,bench,7,99,95\n4.0,gateway,5,120,900\n"
+        "4.0,gateway loop thread,5,97,900\n"
     )
     (tmp_path / "gpu.csv").write_text(
         "timestamp, utilization.gpu [%], memory.used [MiB]\nt, 0 %, 10 MiB\nt, 80 %, 10 MiB\n"
@@ -65,6 +66,7 @@ def test_merge_command_and_summary(tmp_path: Path, capsys) -> None:  # type: ign
     assert "sweep_c64\tskipped" in text
     assert "- bench: CPU % of one core, median 99, max 99" in text
     assert "- gateway: CPU % of one core, median 120, max 120" in text
+    assert "- gateway loop thread: CPU % of one core, median 97, max 97" in text
     assert "GPU utilization %: mean while busy 80, max 80" in text
     assert main(["merge", str(tmp_path), "none", missing]) == 1
 

@@ -230,7 +230,8 @@ start_monitors() {
     nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used,power.draw --format=csv -l 1 > "$RES/gpu.csv" 2>&1 &
     MONITOR_PIDS+=($!)
   fi
-  # CPU per role, every 2 s: the serving process, its children (the engine core), bench clients
+  # CPU per role, every 2 s: the serving process and, apart, its main thread (the event loop, the
+  # part that cannot spread over cores), its children (vLLM's engine core), bench clients
   "$PY" - "$RES/cpu.csv" "$$" <<'PYEOF' > /dev/null 2>&1 &
 import sys, time
 try:
@@ -239,26 +240,53 @@ except ImportError:
     sys.exit(0)
 me = psutil.Process(int(sys.argv[2]))
 seen = {}
+loop_cpu = {}  # gateway pid -> (wall, main thread's cpu seconds)
+
+
+def role_of(p):
+    name = p.name()
+    if name.startswith("VLLM"):  # vLLM titles its engine core (VLLM::EngineCore)
+        return "engine"
+    if not name.startswith("python"):
+        return None  # timeout(1), nvidia-smi
+    cmd = " ".join(p.cmdline())
+    if "gateway.cli" in cmd or "vllm_omni" in cmd:
+        return "gateway"
+    return "bench" if "bench" in cmd else None
+
+
+def main_thread_pct(p):
+    now = time.time()
+    cpu = next((t.user_time + t.system_time for t in p.threads() if t.id == p.pid), None)
+    last = loop_cpu.get(p.pid)
+    loop_cpu[p.pid] = (now, cpu)
+    if cpu is None or last is None or last[1] is None:
+        return None
+    return 100 * (cpu - last[1]) / max(now - last[0], 1e-6)
+
+
 with open(sys.argv[1], "w") as f:
     f.write("t_s,role,pid,cpu_pct,rss_mb\n")
     t0 = time.time()
     while me.is_running():
         for p in me.children(recursive=True):
             try:
-                if not p.name().startswith("python"):
-                    continue  # timeout(1), nvidia-smi
-                cmd = " ".join(p.cmdline())
-                role = "gateway" if ("gateway.cli" in cmd or "vllm_omni" in cmd) else ("bench" if "bench" in cmd else None)
-                if role is None:
-                    parent = p.parent()
-                    role = "engine" if parent is not None and "gateway.cli" in " ".join(parent.cmdline()) else None
+                role = role_of(p)
                 if role is None:
                     continue
                 if p.pid not in seen:
                     seen[p.pid] = p
                     p.cpu_percent(None)
+                    if role == "gateway":
+                        main_thread_pct(p)
                     continue
-                f.write(f"{time.time() - t0:.1f},{role},{p.pid},{seen[p.pid].cpu_percent(None):.0f},{p.memory_info().rss / 1e6:.0f}\n")
+                t = time.time() - t0
+                rss = p.memory_info().rss / 1e6
+                f.write(f"{t:.1f},{role},{p.pid},{seen[p.pid].cpu_percent(None):.0f},{rss:.0f}\n")
+                if role == "gateway":
+                    loop = main_thread_pct(p)
+                    if loop is not None:
+                        f.write(f"{t:.1f},gateway loop thread,{p.pid},{loop:.0f},{rss:.0f}\n")
             except psutil.Error:
                 pass
         f.flush()

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 import torch
-from capture_support import DeviceOnlyOps
+from capture_support import DeviceOnlyOps, HostToDeviceWrites
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -345,3 +345,38 @@ def test_the_compiled_sampler_is_traced_after_one_eager_step() -> None:
     assert runner(torch.randn(1, WIDTH), torch.tensor([0]), slots.prefill_len[:1]) is not None
     assert runner.compiled
     assert seen[0] == 0 and len(vllm_sampling._LANES) == 1  # eager ran first, built the lanes
+
+
+def test_admitting_stopping_and_releasing_a_slot_copy_nothing_from_the_host() -> None:
+    """Per-request writes are scalar fills: ``x[slot] = value`` would copy a host
+    scalar to the device, which makes the host wait for all the device work
+    queued before it (under vLLM's async scheduling, a step's worth). Checked on
+    the meta device, at the level of the calls that would copy."""
+    meta = torch.device("meta")
+    slots = TalkerSlots(MAX_SLOTS, MAX_LEN, NUM_CODEBOOKS, CODEBOOK_VOCAB, meta)
+    watch = HostToDeviceWrites()
+    with watch:
+        for slot, args in REQUESTS.items():
+            slots.admit(slot, args, PROMPT_LEN[slot], PROMPT_LEN[slot])
+        slots.stop(2, EOS_TOKEN)
+        slots.release(3)
+        SavedSlot.take(slots, 5).restore(slots, 1)
+    assert watch.offenders == []
+
+
+def test_a_slot_admitted_by_fills_holds_its_settings() -> None:
+    slots = fresh_slots()
+    args = REQUESTS[3]
+    assert [int(slots.seed[3]), int(slots.ras_window[3]), int(slots.ras_max_repeat[3])] == [
+        args.seed,
+        args.ras_window,
+        args.ras_max_repeat,
+    ]
+    assert float(slots.temperature[3]) == pytest.approx(args.temperature)
+    assert int(slots.prompt_len[3]) == PROMPT_LEN[3] and bool(slots.live[3])
+    assert int(slots.termination.eoc_at[3]) == args.eoc_at
+    assert int(slots.termination.eoc_step[3]) == -1
+    slots.stop(3, EOS_TOKEN)
+    assert not bool(slots.live[3]) and int(slots.eos_token[3]) == EOS_TOKEN
+    slots.release(0)
+    assert not bool(slots.live[0])

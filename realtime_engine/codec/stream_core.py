@@ -78,7 +78,10 @@ class StreamingCodec:
     def _index(self, slots: Slots) -> torch.Tensor:
         if isinstance(slots, torch.Tensor):
             return slots.to(device=self.device, dtype=torch.int64)
-        return torch.tensor(list(slots), dtype=torch.int64, device=self.device)
+        host = torch.tensor(list(slots), dtype=torch.int64)
+        if self.device.type == "cuda":  # from pinned memory: the host need not wait
+            host = host.pin_memory()
+        return host.to(self.device, non_blocking=True)
 
     def ensure_slots(self, count: int) -> None:
         """Grow the state to at least ``count`` slots (eager use only: a

@@ -195,6 +195,14 @@ class BatchTermination:
         self.eoc_not_before.index_copy_(0, slots, eoc_not_before.to(self.step))
         self.eoc_at.index_copy_(0, slots, eoc_at.to(self.step))
 
+    def reset_slot(self, slot: int, eoc_not_before: int, eoc_at: int) -> None:
+        """:meth:`reset` of one slot from host values, written as scalar fills: no
+        host tensor is copied to the device, so the host never waits for it."""
+        self.step[slot].fill_(0)
+        self.eoc_step[slot].fill_(-1)
+        self.eoc_not_before[slot].fill_(eoc_not_before)
+        self.eoc_at[slot].fill_(eoc_at)
+
     def modes(self, slots: torch.Tensor) -> torch.Tensor:
         return batch_modes(
             self.step.index_select(0, slots),

@@ -8,6 +8,13 @@ the step), the delay/termination machine and the sampling settings. One extra
 prefill chunks, finished requests, padding rows), so every update is a
 fixed-shape scatter with no host synchronisation, and the step can be
 captured as a CUDA graph.
+
+Admission, stopping and removal write a slot's settings as scalar fills
+(``x[slot].fill_(value)``), never ``x[slot] = value``: the latter copies a
+host scalar to the device, and that copy makes the host wait until the
+device has run everything queued before it (with vLLM's async scheduling,
+a step's worth of work the host would otherwise be preparing the next
+step during).
 """
 
 from __future__ import annotations
@@ -64,35 +71,40 @@ class TalkerSlots:
             if end > prompt_len:
                 raise ValueError("voice-clone rows extend past the prompt")
             rows = torch.tensor(args.ref_rows, dtype=torch.int16)
-            self.codes_by_pos[slot, args.ref_offset : end] = rows.to(self.device)
-            self.audio_at_pos[slot, args.ref_offset : end] = True
-        self.live[slot] = True
+            if self.device.type == "cuda":  # from pinned memory: the host need not wait
+                rows = rows.pin_memory()
+            self.codes_by_pos[slot, args.ref_offset : end].copy_(rows, non_blocking=True)
+            self.audio_at_pos[slot, args.ref_offset : end].fill_(True)
+        self.live[slot].fill_(True)
         self.apply_params(slot, args)
-        self.termination.reset(
-            torch.tensor([slot], dtype=torch.int64, device=self.device),
-            torch.tensor([args.eoc_not_before], device=self.device),
-            torch.tensor([args.eoc_at], device=self.device),
-        )
+        self.termination.reset_slot(slot, args.eoc_not_before, args.eoc_at)
 
     def begin(self, slot: int, prompt_len: int, prefill_len: int) -> None:
         self.audio_at_pos[slot].zero_()
-        self.prompt_len[slot] = prompt_len
-        self.prefill_len[slot] = prefill_len
+        self.prompt_len[slot].fill_(prompt_len)
+        self.prefill_len[slot].fill_(prefill_len)
 
     def stop(self, slot: int, eos_token_id: int) -> None:
         """The slot answers eos at its next step (vLLM then finishes the request)."""
-        self.live[slot] = False
-        self.eos_token[slot] = eos_token_id
+        self.live[slot].fill_(False)
+        self.eos_token[slot].fill_(eos_token_id)
+
+    def release(self, slot: int) -> None:
+        """vLLM let go of the slot's request: nothing there is live any more."""
+        self.live[slot].fill_(False)
 
     def apply_params(self, slot: int, args: TalkerArgs) -> None:
-        self.audio_token[slot] = args.audio_token_id
-        self.eos_token[slot] = args.eos_token_id
-        self.temperature[slot] = args.temperature
-        self.top_k[slot] = args.top_k
-        self.top_p[slot] = args.top_p
-        self.seed[slot] = args.seed
-        self.ras_window[slot] = args.ras_window
-        self.ras_max_repeat[slot] = args.ras_max_repeat
+        for buffer, value in (
+            (self.audio_token, args.audio_token_id),
+            (self.eos_token, args.eos_token_id),
+            (self.temperature, args.temperature),
+            (self.top_k, args.top_k),
+            (self.top_p, args.top_p),
+            (self.seed, args.seed),
+            (self.ras_window, args.ras_window),
+            (self.ras_max_repeat, args.ras_max_repeat),
+        ):
+            buffer[slot].fill_(value)
 
     # -- one step ----------------------------------------------------------------
 

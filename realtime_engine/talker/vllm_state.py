@@ -174,7 +174,7 @@ class HiggsModelState(DefaultModelState):
             self._saved[req_id] = SavedSlot.take(self.slots, slot)
             while len(self._saved) > 2 * self.max_num_reqs:
                 self._saved.popitem(last=False)
-        self.slots.live[slot] = False
+        self.slots.release(slot)
 
     # -- per-step inputs -----------------------------------------------------
 

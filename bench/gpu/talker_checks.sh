@@ -4,7 +4,7 @@
 #
 #   0. bench.codec_throughput     the served codec step's audio-seconds per second by batch and
 #                                 precision, and its error vs a float64 decode (no vLLM)
-#   1. bench.talker_sampler_step  the sampler's stages and its whole step, eager and graph (no vLLM)
+#   1. bench.talker_sampler_step  the sampler's stages and its whole step: eager, graph, compiled graph (no vLLM)
 #   2. bench.talker_vllm_check    tiny checkpoint through vLLM: graphs (vLLM's and the sampler's)
 #                                 vs eager, greedy and seeded-sampled rows; greedy vs the reference
 #   3. bench.talker_step          decode step time of the talker at real size (dummy weights)

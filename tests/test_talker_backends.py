@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from typing import Any
 import sys
 from pathlib import Path
 
@@ -64,3 +65,41 @@ def test_vllm_options_do_not_fall_back_silently() -> None:
     with pytest.raises(TalkerOptionsError, match="auto chose reference"):
         talker_options("auto", {"max_num_seqs": 64, "gpu_memory_utilization": 0.9})
     assert isinstance(talker_options("vllm", {"max_num_seqs": 64}), VllmOptions)
+
+
+def test_fp8_weights_and_the_sampler_switch_reach_the_engine_arguments() -> None:
+    """The documented options (docs/vllm-talker.md) travel through ``engine_args``
+    into vLLM's engine arguments, next to the codec settings the runner adds."""
+    from realtime_engine.talker.vllm_engine_config import talker_engine_args
+    from realtime_engine.talker.vllm_protocol import CODEC_CONFIG_KEY, SAMPLER_CONFIG_KEY
+
+    options = parse_talker_options(
+        "vllm",
+        {
+            "engine_args": {
+                "quantization": "fp8",
+                "additional_config": {SAMPLER_CONFIG_KEY: {"compiled": False}},
+            }
+        },
+    )
+    args = talker_engine_args(
+        "/m", enforce_eager=True, codec_precision="tf32", codec_batch=64, **options.engine_args
+    )
+    assert args["quantization"] == "fp8"
+    assert args["additional_config"][SAMPLER_CONFIG_KEY] == {"compiled": False}
+    assert args["additional_config"][CODEC_CONFIG_KEY]["precision"] == "tf32"
+
+
+def test_the_sampler_is_compiled_unless_the_engine_config_says_not() -> None:
+    from types import SimpleNamespace
+
+    from realtime_engine.talker.vllm_protocol import SAMPLER_CONFIG_KEY
+    from realtime_engine.talker.vllm_state import sampler_compiled
+
+    def config(extra: object) -> Any:
+        return SimpleNamespace(additional_config=extra)
+
+    assert sampler_compiled(config({}))
+    assert sampler_compiled(config(None))
+    assert sampler_compiled(config({SAMPLER_CONFIG_KEY: {"compiled": True}}))
+    assert not sampler_compiled(config({SAMPLER_CONFIG_KEY: {"compiled": False}}))

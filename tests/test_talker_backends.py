@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import subprocess
-from typing import Any
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest

@@ -278,9 +278,8 @@ class ReferenceRunner:
             # bounds from the effective cap, so a clamped request still closes its pattern
             fixed = stream.cap if request.fixed_rows is not None else None
             lo, at = eoc_bounds(stream.cap, fixed)
-            slot = torch.tensor([stream.slot], device=self.device)
-            self._termination.reset(slot, torch.tensor([lo]), torch.tensor([at]))
-            self._history.index_fill_(0, slot, -1)
+            self._termination.reset_slot(stream.slot, lo, at)
+            self._history[stream.slot].fill_(-1)
             if stream.chunking is not None and self._audio is not None:
                 self._audio.open(
                     request.request_id,

@@ -17,15 +17,15 @@ from typing import Any
 import numpy as np
 import pytest
 from talker_support import collect
-from vllm_support.cpu_env import apply_cpu_vllm_env, vllm_available
+from vllm_support.cpu_env import vllm_available
 from vllm_support.talker_engine import (
     GREEDY,
     LoopThread,
     assert_close_to_peak,
     audio_of,
     offline_audio,
+    running_engine,
     sample_prompts,
-    start_runner,
 )
 from vllm_support.talker_engine import reference_rows as reference
 
@@ -41,12 +41,8 @@ NEW_TOKENS = 24
 
 @pytest.fixture(scope="module")
 def engine(tiny_checkpoint: Path) -> Iterator[tuple[Any, LoopThread]]:
-    apply_cpu_vllm_env()
-    loops = LoopThread()
-    runner = start_runner(tiny_checkpoint, loops, codec_kernels="compiled")
-    yield runner, loops
-    loops.run(runner.close())
-    loops.stop()
+    with running_engine(tiny_checkpoint, codec_kernels="compiled") as engine:
+        yield engine
 
 
 @pytest.fixture(scope="module")

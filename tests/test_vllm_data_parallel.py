@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 from talker_support import collect
-from vllm_support.cpu_env import apply_cpu_vllm_env, vllm_available
+from vllm_support.cpu_env import vllm_available
 from vllm_support.talker_engine import (
     GREEDY,
     LoopThread,
@@ -26,8 +26,8 @@ from vllm_support.talker_engine import (
     greedy_rows_together,
     offline_audio,
     reference_rows,
+    running_engine,
     sample_prompts,
-    start_runner,
 )
 
 from realtime_engine.engines.base import ChunkingParams
@@ -43,12 +43,8 @@ ROWS = 24
 
 @pytest.fixture(scope="module")
 def engine(tiny_checkpoint: Path) -> Iterator[tuple[Any, LoopThread]]:
-    apply_cpu_vllm_env()
-    loops = LoopThread()
-    runner = start_runner(tiny_checkpoint, loops, data_parallel_size=2)
-    yield runner, loops
-    loops.run(runner.close())
-    loops.stop()
+    with running_engine(tiny_checkpoint, data_parallel_size=2) as engine:
+        yield engine
 
 
 @pytest.fixture(scope="module")

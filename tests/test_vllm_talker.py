@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 from talker_support import collect
-from vllm_support.cpu_env import apply_cpu_vllm_env, vllm_available
+from vllm_support.cpu_env import vllm_available
 from vllm_support.talker_engine import (
     BLOCK_SIZE,
     EXACT,
@@ -26,8 +26,8 @@ from vllm_support.talker_engine import (
     assert_close_to_peak,
     audio_of,
     offline_audio,
+    running_engine,
     sample_prompts,
-    start_runner,
 )
 from vllm_support.talker_engine import reference_rows as reference
 
@@ -54,12 +54,8 @@ async def generate(runner: Any, request: TalkerRequest, limit: int | None = None
 
 @pytest.fixture(scope="module")
 def engine(tiny_checkpoint: Path) -> Iterator[tuple[Any, LoopThread]]:
-    apply_cpu_vllm_env()
-    loops = LoopThread()
-    runner = start_runner(tiny_checkpoint, loops)
-    yield runner, loops
-    loops.run(runner.close())
-    loops.stop()
+    with running_engine(tiny_checkpoint) as engine:
+        yield engine
 
 
 @pytest.fixture(scope="module")

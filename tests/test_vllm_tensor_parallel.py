@@ -18,18 +18,17 @@ from typing import Any
 
 import numpy as np
 import pytest
-from vllm_support.cpu_env import apply_cpu_vllm_env, vllm_available
+from vllm_support.cpu_env import vllm_available
 from vllm_support.talker_engine import (
     GREEDY,
     LoopThread,
     assert_close_to_peak,
     audio_of,
-    environment,
     greedy_rows_together,
     offline_audio,
     reference_rows,
+    running_engine,
     sample_prompts,
-    start_runner,
 )
 
 from realtime_engine.talker.types import TalkerPrompt, TalkerRequest
@@ -46,13 +45,9 @@ ROWS = 24
 
 @pytest.fixture(scope="module")
 def engine(tiny_checkpoint: Path) -> Iterator[tuple[Any, LoopThread]]:
-    apply_cpu_vllm_env()
-    loops = LoopThread()
-    with environment(VLLM_CPU_OMP_THREADS_BIND=f"{CORES[0]}|{CORES[1]}"):
-        runner = start_runner(tiny_checkpoint, loops, tensor_parallel_size=2)
-    yield runner, loops
-    loops.run(runner.close())
-    loops.stop()
+    bind = {"VLLM_CPU_OMP_THREADS_BIND": f"{CORES[0]}|{CORES[1]}"}
+    with running_engine(tiny_checkpoint, env=bind, tensor_parallel_size=2) as engine:
+        yield engine
 
 
 @pytest.fixture(scope="module")

@@ -88,6 +88,25 @@ def start_runner(checkpoint: Path, loops: LoopThread, **options: Any) -> Any:
     return loops.run(start(), timeout=900)
 
 
+@contextmanager
+def running_engine(
+    checkpoint: Path, *, env: dict[str, str] | None = None, **options: Any
+) -> Iterator[tuple[Any, LoopThread]]:
+    """A module's engine: :func:`start_runner` on its own loop (``env`` set for the
+    engine processes it starts), closed and its loop stopped on the way out."""
+    from vllm_support.cpu_env import apply_cpu_vllm_env
+
+    apply_cpu_vllm_env()
+    loops = LoopThread()
+    with environment(**(env or {})):
+        runner = start_runner(checkpoint, loops, **options)
+    try:
+        yield runner, loops
+    finally:
+        loops.run(runner.close())
+        loops.stop()
+
+
 def sample_prompts(checkpoint: Path) -> list[TalkerPrompt]:
     tokenizer = HiggsTokenizer.from_dir(checkpoint)
     ref_codes = np.random.default_rng(3).integers(0, 1024, size=(12, 8))

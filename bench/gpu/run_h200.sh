@@ -451,7 +451,9 @@ profile_level() {
   for p in /proc/[0-9]*; do
     pid=${p#/proc/}
     role=
-    if grep -q "gateway.cli" "$p/cmdline" 2>/dev/null; then role=gateway
+    # the gateway's python, not the timeout(1) wrapper whose arguments name it too
+    if grep -q "^python" "$p/comm" 2>/dev/null && grep -q "gateway.cli" "$p/cmdline" 2>/dev/null; then
+      role=gateway
     elif grep -q "^VLLM" "$p/comm" 2>/dev/null; then role=engine; fi
     [ -n "$role" ] || continue
     timeout $(( PROFILE_S + 20 )) "$spy" record --nonblocking --format raw --rate 200 \

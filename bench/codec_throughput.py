@@ -75,7 +75,7 @@ def stream_error(slots: CodecSlots, codes: torch.Tensor, exact: torch.Tensor) ->
     table = torch.zeros(1, frames + 8, 8, dtype=torch.int16, device=device)
     for c in range(8):
         table[0, c : c + frames, c] = codes[0, c].to(device=device, dtype=torch.int16)
-    slots.reset(0)
+    slots.reset([0])
     for t in range(frames):
         slots.step([0], [t], table)
     end = frames * slots.hop

@@ -154,10 +154,11 @@ class CodecSlots:
 
     # -- per stream ------------------------------------------------------------------
 
-    def reset(self, slot: int) -> None:
-        """A new stream starts in ``slot`` (nothing of the previous one survives)."""
+    def reset(self, slots: Sequence[int]) -> None:
+        """New streams start in ``slots`` (nothing of the previous ones survives);
+        one launch per state buffer, however many slots."""
         with self.on_codec_stream():
-            self.stream_codec.reset([slot])
+            self.stream_codec.reset(list(slots))
 
     def replay(
         self, slot: int, table: torch.Tensor, first_row: int, frames: int, keep: int
@@ -166,7 +167,7 @@ class CodecSlots:
         position ``first_row`` (a stream back from preemption, its rows restored
         there): reset, one step over all the frames, and the ring refilled with the
         committed samples from sample ``keep`` on (the ones no chunk took yet)."""
-        self.reset(slot)
+        self.reset([slot])
         if frames <= 0:
             return
         # on the current stream: after the talker restored the rows

@@ -101,6 +101,9 @@ class SlotCodec:
         self._streams: dict[str, SlotStream] = {}
         self._ready: set[str] = set()  # streams that may have a chunk due
         self._feeding: set[str] = set()  # streams that may have frames to step
+        # Slots of new streams whose codec state is still to be cleared: one
+        # batched reset before the codec next runs, not one per admission.
+        self._resets: dict[int, None] = {}
 
     def warm_up(self) -> None:
         self.device_codec.warm_up()
@@ -117,8 +120,15 @@ class SlotCodec:
         stream = SlotStream(key, slot, base, validate_chunking(chunking))
         self._streams[key] = stream
         self.device_codec.fence()  # the caller writes the slot's rows from now on
-        self.device_codec.reset(slot)
+        self._resets[slot] = None
         return stream
+
+    def _apply_resets(self) -> None:
+        """Clear the codec state of the slots opened since the codec last ran (before
+        anything else touches their state: a step, a chunk, a replay)."""
+        if self._resets:
+            self.device_codec.reset(list(self._resets))
+            self._resets.clear()
 
     def get(self, key: str) -> SlotStream | None:
         return self._streams.get(key)
@@ -138,6 +148,7 @@ class SlotCodec:
     def attach(self, stream: SlotStream, slot: int) -> None:
         """Resume a detached stream, possibly in another slot, with its rows restored
         at the same table positions there (its codec state is rebuilt from them)."""
+        self._apply_resets()
         self.device_codec.fence()
         stream.slot = slot
         stream.replay = True
@@ -166,6 +177,7 @@ class SlotCodec:
         ``[slots, positions, Q]``). ``rows_written``: every row advanced so far is
         known to be in the table (its write completed), so the codec need not
         wait for the current stream (:meth:`CodecSlots.step`)."""
+        self._apply_resets()
         work = []
         for key in sorted(self._feeding):  # sorted: the same batches every time
             stream = self._streams[key]
@@ -246,6 +258,7 @@ class SlotCodec:
         """PCM ``[n, samples]`` float32 on the codec's device for one batch of
         :meth:`batches`; row ``i`` holds ``plans[i].emit * hop`` valid samples.
         Enqueued on the codec stream; use it there (:meth:`on_codec_stream`)."""
+        self._apply_resets()
         with self.device_codec.on_codec_stream():
             return self.device_codec.chunks(
                 [p.slot for p in plans],

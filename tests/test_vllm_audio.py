@@ -24,7 +24,6 @@ from realtime_engine.codec.delay import apply_delay
 from realtime_engine.codec.layout import CodecDims, random_codec_state_dict
 from realtime_engine.codec.presets import get_preset
 from realtime_engine.engines.base import ChunkingParams
-from realtime_engine.talker.slot_codec import ChunkPlan
 from realtime_engine.talker.vllm_audio import VllmAudio
 from realtime_engine.talker.vllm_protocol import FailureEvent, PcmEvent, RowEvent, TalkerArgs
 from realtime_engine.talker.vllm_publish import StepRows
@@ -223,58 +222,6 @@ class StepDone:
 
     def synchronize(self) -> None:
         raise AssertionError("the engine core never waits for a step")
-
-
-def recorded_batches(audio: VllmAudio) -> list[list[tuple[str, bool]]]:
-    """Every batch the codec cuts chunks for, as ``(key, final)`` per chunk."""
-    batches: list[list[tuple[str, bool]]] = []
-    cut = audio.codec.decode
-
-    def decode(plans: Sequence[ChunkPlan]) -> torch.Tensor:
-        batches.append([(plan.key, plan.final) for plan in plans])
-        return cut(plans)
-
-    audio.codec.decode = decode  # type: ignore[method-assign]
-    return batches
-
-
-def test_requests_removed_in_one_step_have_their_last_chunks_cut_in_one_batch(
-    codec: CodecDecoder, inbox: Inbox
-) -> None:
-    """vLLM removes finished requests one by one; their final chunks (each a
-    speculative tail through the whole codec) are cut together, before the
-    next admission can reuse a slot."""
-    events: list[StepDone] = []
-
-    def late() -> StepDone:
-        events.append(StepDone())
-        return events[-1]
-
-    table = torch.zeros(SLOTS, POSITIONS, 8, dtype=torch.int16)
-    audio = VllmAudio(codec, table, step_event=late)
-    batches = recorded_batches(audio)
-    endpoint = inbox.receiver.endpoint
-    rng = np.random.default_rng(7)
-    a, b = (apply_delay(rng.integers(0, 1024, size=(12, 8))) for _ in range(2))
-    c = apply_delay(rng.integers(0, 1024, size=(30, 8)))  # still speaking after
-    for key, slot in (("a", 0), ("b", 1), ("c", 2)):
-        audio.open(args(key, endpoint, get_preset("exact")), slot, PROMPT)
-    for i in range(len(a)):
-        last = i == len(a) - 1
-        step(audio, table, [("a", 0, i, a, last), ("b", 1, i, b, last), ("c", 2, i, c, False)])
-        events[-1].done = True  # this step completes after the host went on
-    assert not any(final for batch in batches for _, final in batch)
-    cut_before = len(batches)
-    audio.remove("a")
-    audio.remove("b")
-    assert len(batches) == cut_before  # planned, not cut yet: "c" steps on
-    audio.fence()  # an admission would come next
-    assert [[chunk for chunk in batch if chunk[0] != "c"] for batch in batches[cut_before:]] == [
-        [("a", True), ("b", True)]
-    ]
-    inbox.wait_for(2)
-    for key, rows in (("a", a), ("b", b)):
-        assert close_to_peak(inbox.audio(key), offline(codec, rows)), key
 
 
 def test_new_streams_clear_their_codec_state_in_one_batch(

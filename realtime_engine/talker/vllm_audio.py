@@ -105,10 +105,6 @@ class VllmAudio:
         self._cuda = self.device.type == "cuda"
         self._statuses: deque[_Status] = deque()
         self._args: dict[str, TalkerArgs] = {}
-        # Chunks planned when vLLM removed their requests, not cut yet (see
-        # :meth:`remove`), and what those requests' chunks still need of them.
-        self._planned: list[ChunkPlan] = []
-        self._leaving: dict[str, tuple[TalkerArgs | None, SlotStream | None]] = {}
         self._pusher = RowPusher()
         self._outgoing: queue.Queue[_Outgoing] = queue.Queue(maxsize=_QUEUE_BATCHES)
         if self._cuda:
@@ -124,10 +120,7 @@ class VllmAudio:
 
     def fence(self) -> None:
         """The talker is about to write into a slot (admission): order that after
-        the codec's reads of the slot's previous request (whose last chunks are
-        cut now if they were only planned)."""
-        if self._planned:
-            self._decode_due()
+        the codec's reads of the slot's previous request."""
         self.codec.fence()
 
     def open(self, args: TalkerArgs, slot: int, prompt_len: int) -> None:
@@ -150,31 +143,17 @@ class VllmAudio:
 
         Never waits: a request vLLM saw finish has its last status on the host
         already (vLLM learnt of the end from a token copied after it), so its
-        final chunk is planned now. Statuses still on their way for an aborted
-        or preempted request update the kept state.
-
-        The chunks are only planned here; they are cut at the next :meth:`fence`,
-        :meth:`poll` or :meth:`after_step`, in one batch with those of every
-        request removed in the same step (a final chunk's speculative tail is a
-        whole codec pass), and still before the slot can be reused, since
-        admission fences first. When no attached request remains, no step
-        follows, so they are cut at once.
+        final chunk goes out now, before the slot is reused. Statuses still on
+        their way for an aborted or preempted request update the kept state.
         """
         self._settle(wait=False)
-        if self._feed():
-            self._planned.extend(self.codec.due())
-        args = self._args.pop(key, None)
-        stream = self.codec.get(key)
-        if any(plan.key == key for plan in self._planned):
-            self._leaving[key] = (args, stream)
-        kept = self.codec.detach(key)
-        if kept is not None:
-            self._detached[key] = kept
+        self._decode_due()
+        stream = self.codec.detach(key)
+        self._args.pop(key, None)
+        if stream is not None:
+            self._detached[key] = stream
             while len(self._detached) > self._keep:
                 self._detached.popitem(last=False)
-        if self._planned and not self.codec.active():
-            # no request left to step: no later step would cut the plans
-            self._decode_due()
 
     def fail(self, args: TalkerArgs, reason: str) -> None:
         failure = (args.correlation_id, reason)
@@ -201,7 +180,7 @@ class VllmAudio:
 
     def poll(self) -> None:
         """Decode what the statuses on the host so far allow (never waits)."""
-        if self._statuses or self._planned:
+        if self._statuses:
             self._settle(wait=False)
             self._decode_due()
 
@@ -235,20 +214,14 @@ class VllmAudio:
                 else:
                     self.codec.advance(key, index + 1, bool(done))
 
-    def _feed(self) -> bool:
-        """Step the frames whose rows are known; False (its requests failed) when
-        the codec failed."""
+    def _decode_due(self) -> None:
         try:
             # only rows of statuses whose event completed were advanced
             self.codec.feed(self.table, rows_written=True)
         except Exception as e:  # a codec failure fails its requests, not the engine
             self._fail_keys(self.codec.active(), e)
-            return False
-        return True
-
-    def _decode_due(self) -> None:
-        plans = self._planned + (self.codec.due() if self._feed() else [])
-        self._planned = []
+            return
+        plans = self.codec.due()
         for batch in self.codec.batches(plans):
             try:
                 self._decode(batch)
@@ -257,14 +230,6 @@ class VllmAudio:
         for plan in plans:
             if plan.emit == 0:  # nothing to decode: only the end of the audio
                 self._queue([plan], None, None)
-        self._leaving.clear()
-
-    def _lookup(self, key: str) -> tuple[TalkerArgs | None, SlotStream | None]:
-        """A request's settings and stream, also just after vLLM removed it."""
-        args = self._args.get(key)
-        if args is None and key in self._leaving:
-            return self._leaving[key]
-        return args, self.codec.get(key)
 
     def _decode(self, plans: list[ChunkPlan]) -> None:
         if not self._cuda:
@@ -284,7 +249,8 @@ class VllmAudio:
         endpoints, stamps = [], []
         rows: list[torch.Tensor | None] = []
         for plan in plans:
-            args, stream = self._lookup(plan.key)
+            args = self._args.get(plan.key)
+            stream = self.codec.get(plan.key)
             endpoints.append(args.endpoint if args is not None else "")
             first = plan.first_frame == 0 or plan.emit == 0
             stamps.append(dict(stream.stamps) if stream is not None and first else None)
@@ -315,7 +281,7 @@ class VllmAudio:
     def _fail_keys(self, keys: list[str], error: Exception) -> None:
         logger.exception("codec decode failed", exc_info=error)
         for key in keys:
-            args, _ = self._lookup(key)
+            args = self._args.get(key)
             self.codec.detach(key)
             if args is not None:
                 self.fail(args, f"codec decode failed: {error}")

@@ -323,3 +323,47 @@ def test_the_compiled_step_gives_the_eager_streams_arithmetic(codec: CodecDecode
     assert peak_error(h.audio("p"), offline(codec, p)) <= 1e-5
     assert peak_error(h.audio("o"), offline(codec, other)) <= 1e-5
     assert counters["stats"]["unique_graphs"] - traced == 1
+
+
+@pytest.mark.parametrize("size", [1, 4])
+def test_the_whole_tail_is_capturable_too(size: int) -> None:
+    """Every stream's last chunk needs the whole tail; the engine captures it per
+    bucket (``CodecSlots._run_tail``): the same checks as the step's."""
+    meta = torch.device("meta")
+    codec = CodecDecoder(CodecDims.tiny()).to(meta)
+    slots = CodecSlots(codec, 4, bucket_tails=True)
+    watch = DeviceOnlyOps(meta)
+    with watch:
+        slots._run_tail(size)
+    assert watch.offenders == []
+
+
+def test_last_chunks_from_padded_tail_buckets_equal_whole_decoding(codec: CodecDecoder) -> None:
+    """Whole tails run padded to a bucket with the trash slot (as captured): three
+    streams ending in one step take the bucket of 4, a lone one the bucket of 1;
+    every stream is still its whole decode, and nothing of a padded row leaks."""
+    h = Harness(codec)
+    h.codec.device_codec = CodecSlots(codec, SLOTS, bucket_tails=True)
+    stream_codec = h.codec.device_codec.stream_codec
+    tails: list[int] = []
+    peek = stream_codec.peek
+
+    def recording(slots: torch.Tensor, samples: int | None = None) -> torch.Tensor:
+        tails.append(len(slots))
+        return peek(slots, samples)
+
+    stream_codec.peek = recording  # type: ignore[method-assign]
+    exact = get_preset("exact")
+    rows = [talker_rows(n, seed) for seed, n in enumerate([14, 14, 14])]
+    for i, slot in enumerate([3, 0, 2]):
+        h.open(f"r{i}", slot, 2 * i, exact)
+    run(h, rows, [len(rows[0])])  # every row at once: all three end in one step
+    assert tails == [4]
+    lone = talker_rows(9, 5)
+    h.open("lone", 1, 0, exact)
+    h.write("lone", lone, 0, len(lone), True)
+    h.step()
+    assert tails == [4, 1]
+    for i, r in enumerate(rows):
+        assert peak_error(h.audio(f"r{i}"), offline(codec, r)) <= 1e-5
+    assert peak_error(h.audio("lone"), offline(codec, lone)) <= 1e-5

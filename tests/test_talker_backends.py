@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -105,3 +106,17 @@ def test_the_sampler_is_compiled_unless_the_engine_config_says_not() -> None:
     assert not sampler_compiled(config({SAMPLER_CONFIG_KEY: {"compiled": False}}))
     with pytest.raises(ValueError, match="must be true or false"):
         sampler_compiled(config({SAMPLER_CONFIG_KEY: {"compiled": "false"}}))
+
+
+def test_the_engine_runs_without_cublas_workspaces_unless_told_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Captured graphs must not hold a workspace PyTorch can free under them: the
+    engine processes inherit a zero workspace, which a user's own setting overrides."""
+    from realtime_engine.talker.vllm_engine_config import talker_engine_args
+
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    monkeypatch.setenv("CUBLASLT_WORKSPACE_SIZE", "1024")
+    talker_engine_args("/m", enforce_eager=True, codec_precision="tf32", codec_batch=64)
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":0:0"
+    assert os.environ["CUBLASLT_WORKSPACE_SIZE"] == "1024"

@@ -21,7 +21,9 @@ issued, which may still read the slot's previous request.
 :meth:`chunks` cuts chunks out of the rings, completing a chunk's right edge
 with a speculative :meth:`StreamingCodec.peek` where the committed samples do
 not reach it yet (holdbacks under the receptive field, and the end of an
-utterance).
+utterance). The whole tail, which every stream's last chunk needs, is a
+captured graph per batch bucket too: eager, it is a few hundred small kernel
+launches per finished request, host time the engine core's step waits for.
 
 Sample ``j`` of a stream (whole-utterance decode numbering) lives at ring
 position ``j mod ring_len``. After ``F`` frames a slot has committed samples
@@ -54,6 +56,10 @@ logger = logging.getLogger("vllm.plugins.higgs_talker.codec")
 # planned (statuses reach the host a step or more late).
 RING_FRAMES = MAX_CHUNK_FRAMES + MAX_HOLDBACK_FRAMES + 32
 
+# The largest batch of whole tails run in fixed buckets (a step ends about one
+# request in 250 at full load; larger bursts run as several batches).
+TAIL_BATCH = 64
+
 
 class CodecCaptureError(RuntimeError):
     """Capturing the codec step as CUDA graphs failed: the engine must not start
@@ -71,7 +77,10 @@ class CodecSlots:
         graphs: bool = False,
         kernels: str = DEFAULT_CODEC_KERNELS,
         ring_frames: int = RING_FRAMES,
+        bucket_tails: bool | None = None,
     ) -> None:
+        """``bucket_tails``: run whole tails padded to the step's batch buckets, from
+        static buffers (default: where the step is captured, so they are too)."""
         if kernels not in CODEC_KERNELS:
             raise ValueError(f"codec kernels must be one of {CODEC_KERNELS}; got {kernels!r}")
         self.kernels = kernels
@@ -103,6 +112,12 @@ class CodecSlots:
         )
         self._books = torch.arange(self.num_codebooks, device=self.device)
         self._hop_range = torch.arange(self.hop, device=self.device)
+        # Whole tails (every stream's last chunk) from static buffers, per bucket.
+        self._bucket_tails = self._want_graphs if bucket_tails is None else bucket_tails
+        self._tail_sizes = [s for s in self._sizes if s <= TAIL_BATCH] or self._sizes[:1]
+        self._tail_in = torch.full_like(self._slot_in[: self._tail_sizes[-1]], self.trash)
+        self._tail_out: dict[int, torch.Tensor] = {}
+        self._tail_graphs: dict[int, torch.cuda.CUDAGraph] = {}
         # The whole step through torch.compile: traced once, for a dynamic batch,
         # before any graph is captured.
         self._advance_fn: Callable[[torch.Tensor, torch.Tensor], None] = self._advance
@@ -137,6 +152,9 @@ class CodecSlots:
         with torch.cuda.stream(side):
             for size in self._sizes:  # every row is padding: only the trash slot changes
                 self._run(size)
+            if self._bucket_tails:
+                for size in self._tail_sizes:
+                    self._run_tail(size)
         torch.cuda.current_stream(self.device).wait_stream(side)
         if not self._want_graphs:
             return
@@ -147,10 +165,23 @@ class CodecSlots:
                 with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
                     self._run(size)
                 self._graphs[size] = graph
+            if self._bucket_tails:
+                # a pool of their own: each bucket's output stays allocated
+                pool = torch.cuda.graph_pool_handle()
+                for size in reversed(self._tail_sizes):
+                    graph = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+                        self._run_tail(size)
+                    self._tail_graphs[size] = graph
         except RuntimeError as e:
             self._graphs.clear()
+            self._tail_graphs.clear()
             raise CodecCaptureError(f"capturing the codec step as CUDA graphs failed: {e}") from e
-        logger.info("captured the codec step for batch sizes %s", self._sizes)
+        logger.info(
+            "captured the codec step for batch sizes %s, its whole tail for %s",
+            self._sizes,
+            self._tail_sizes if self._bucket_tails else [],
+        )
 
     # -- per stream ------------------------------------------------------------------
 
@@ -286,11 +317,33 @@ class CodecSlots:
         sample = start[:, None] + torch.arange(max(length, 0), device=self.device)
         out = self.ring[index[:, None], sample % self.ring_len]
         if peek > 0:
-            edge = self.stream_codec.peek(index, peek).to(out.dtype)  # [n, peek] from ``commit``
+            edge = self._peek(index, peek).to(out.dtype)  # [n, peek] from ``commit``
             at = (sample - commit[:, None]).clamp(0, peek - 1)
             out = torch.where(sample < commit[:, None], out, torch.gather(edge, 1, at))
         assert out.shape[0] == n
         return out
+
+    def _peek(self, index: torch.Tensor, samples: int) -> torch.Tensor:
+        """The first ``samples`` of the slots' tails; a whole tail from its bucket's
+        graph (or static buffers), padded with the trash slot."""
+        n = index.shape[0]
+        if not self._bucket_tails or samples != self.delay or n > self._tail_sizes[-1]:
+            return self.stream_codec.peek(index, samples)
+        size = next(s for s in self._tail_sizes if s >= n)
+        # written on the codec stream, after the last tail read them
+        self._tail_in[:n].copy_(index)
+        if size > n:
+            self._tail_in[n:size].fill_(self.trash)
+        graph = self._tail_graphs.get(size)
+        if graph is not None:
+            graph.replay()
+        else:
+            self._run_tail(size)
+        # valid until the next whole tail on this stream: the caller uses it first
+        return self._tail_out[size][:n]
+
+    def _run_tail(self, size: int) -> None:
+        self._tail_out[size] = self.stream_codec.peek(self._tail_in[:size], self.delay)
 
     # -- helpers ---------------------------------------------------------------------
 

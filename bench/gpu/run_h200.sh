@@ -242,6 +242,8 @@ describe_env() {
     gw_python -c "import sys, torch; print('python', sys.version.split()[0], '| torch', torch.__version__)" 2>&1
     gw_python -c "import vllm; print('vllm', vllm.__version__)" 2>/dev/null
     git -C "$REPO" log -1 --format='commit %h %s' 2>/dev/null
+    # a copied tree may carry older git metadata: say when the files differ from it
+    git -C "$REPO" diff HEAD --shortstat 2>/dev/null | sed 's/^ */tree differs from that commit: /'
   } > "$RES/env.txt" 2>&1
 }
 

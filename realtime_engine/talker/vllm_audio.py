@@ -11,7 +11,8 @@ that overlaps the next forward pass), and the chunks that became due are
 cut from the committed samples. Each batch of PCM is copied to
 pinned memory, an event is recorded, and a sender thread waits for the event
 and pushes the chunks (the pattern of :mod:`.vllm_publish`). On CPU all of
-this happens inline.
+this happens inline. A device that stops (a wait for an event that never
+completes) ends the engine core process (:mod:`.device_watchdog`).
 
 The host learns a step's rows when its event has completed: at the start of
 the next step at best. Nothing here waits for the device.
@@ -33,6 +34,7 @@ import torch
 
 from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.format import DEFAULT_CODEC_KERNELS
+from realtime_engine.talker.device_watchdog import DeviceWatchdog
 from realtime_engine.talker.slot_codec import ChunkPlan, SlotCodec, SlotStream
 from realtime_engine.talker.types import MAX_RETURNED_ROWS, NUM_CODEBOOKS
 from realtime_engine.talker.vllm_protocol import PcmHeader, TalkerArgs
@@ -89,10 +91,12 @@ class VllmAudio:
         graphs: bool = False,
         kernels: str = DEFAULT_CODEC_KERNELS,
         step_event: Callable[[], StepEvent] | None = None,
+        watchdog: DeviceWatchdog | None = None,
     ) -> None:
         """``step_event``: on CPU, where a step is complete when the host has it,
         makes each step's status wait for an event of this factory instead (to
-        drive the device's ordering without one)."""
+        drive the device's ordering without one). ``watchdog`` times the waits
+        on events (on CUDA, a started :class:`DeviceWatchdog` by default)."""
         self._step_event = step_event
         self.codec = SlotCodec(
             codec, slots=table.shape[0], max_batch=max_batch, graphs=graphs, kernels=kernels
@@ -107,7 +111,11 @@ class VllmAudio:
         self._args: dict[str, TalkerArgs] = {}
         self._pusher = RowPusher()
         self._outgoing: queue.Queue[_Outgoing] = queue.Queue(maxsize=_QUEUE_BATCHES)
+        self._watchdog = watchdog
         if self._cuda:
+            if self._watchdog is None:
+                self._watchdog = DeviceWatchdog()
+                self._watchdog.start()
             threading.Thread(target=self._drain, name="talker-audio-sender", daemon=True).start()
 
     def warm_up(self) -> None:
@@ -190,7 +198,7 @@ class VllmAudio:
             status = self._statuses[0]
             if status.event is not None:
                 if wait:
-                    status.event.synchronize()
+                    self._wait(status.event, "a step's status")
                 elif not status.event.query():
                     return
             self._statuses.popleft()
@@ -299,9 +307,9 @@ class VllmAudio:
             self._pusher.push_failure(item.endpoints[0], *item.failure)
             return
         if item.event is not None:
-            item.event.synchronize()
+            self._wait(item.event, "a batch of chunks")
         if item.rows_event is not None:
-            item.rows_event.synchronize()
+            self._wait(item.rows_event, "a request's rows")
         pcm = None if item.host is None else item.host.numpy()
         groups: dict[str, tuple[list[PcmHeader], list[np.ndarray]]] = {}
         for i, plan in enumerate(item.plans):
@@ -324,6 +332,13 @@ class VllmAudio:
             chunks.append(chunk)
         for endpoint, (headers, chunks) in groups.items():
             self._pusher.push_pcm(endpoint, headers, chunks)
+
+    def _wait(self, event: StepEvent, what: str) -> None:
+        if self._watchdog is None:
+            event.synchronize()
+            return
+        with self._watchdog.waiting(what):
+            event.synchronize()
 
     def _drain(self) -> None:
         while True:

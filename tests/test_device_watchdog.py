@@ -88,3 +88,11 @@ def test_by_default_a_stalled_device_ends_the_process_with_its_own_status() -> N
 def test_a_limit_must_be_positive() -> None:
     with pytest.raises(ValueError, match="positive"):
         DeviceWatchdog(0)
+
+
+def test_an_engine_core_has_one_watch_thread_for_all_its_senders() -> None:
+    from realtime_engine.talker.device_watchdog import process_watchdog
+
+    first = process_watchdog()
+    assert process_watchdog() is first
+    assert first.overdue() is None

@@ -99,3 +99,18 @@ class DeviceWatchdog:
             if stall is not None:
                 self._stopped.set()
                 self._on_stall(*stall)
+
+
+_process_watchdog: DeviceWatchdog | None = None
+_process_lock = threading.Lock()
+
+
+def process_watchdog() -> DeviceWatchdog:
+    """The process's watchdog, started on first use: one watch thread for every
+    sender of an engine core."""
+    global _process_watchdog
+    with _process_lock:
+        if _process_watchdog is None:
+            _process_watchdog = DeviceWatchdog()
+            _process_watchdog.start()
+        return _process_watchdog

@@ -34,7 +34,7 @@ import torch
 
 from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.format import DEFAULT_CODEC_KERNELS
-from realtime_engine.talker.device_watchdog import DeviceWatchdog
+from realtime_engine.talker.device_watchdog import DeviceWatchdog, process_watchdog
 from realtime_engine.talker.slot_codec import ChunkPlan, SlotCodec, SlotStream
 from realtime_engine.talker.types import MAX_RETURNED_ROWS, NUM_CODEBOOKS
 from realtime_engine.talker.vllm_protocol import PcmHeader, TalkerArgs
@@ -96,7 +96,7 @@ class VllmAudio:
         """``step_event``: on CPU, where a step is complete when the host has it,
         makes each step's status wait for an event of this factory instead (to
         drive the device's ordering without one). ``watchdog`` times the waits
-        on events (on CUDA, a started :class:`DeviceWatchdog` by default)."""
+        on events (on CUDA, the process's by default)."""
         self._step_event = step_event
         self.codec = SlotCodec(
             codec, slots=table.shape[0], max_batch=max_batch, graphs=graphs, kernels=kernels
@@ -114,8 +114,7 @@ class VllmAudio:
         self._watchdog = watchdog
         if self._cuda:
             if self._watchdog is None:
-                self._watchdog = DeviceWatchdog()
-                self._watchdog.start()
+                self._watchdog = process_watchdog()
             threading.Thread(target=self._drain, name="talker-audio-sender", daemon=True).start()
 
     def warm_up(self) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from realtime_engine.talker.device_watchdog import process_watchdog
 from realtime_engine.talker.vllm_protocol import RowHeader, TalkerArgs
 from realtime_engine.talker.vllm_rows import RowPusher
 
@@ -65,6 +66,7 @@ class RowPublisher:
         self._enabled = enabled
         self._pusher = RowPusher()
         self._async = device.type == "cuda"
+        self._watchdog = process_watchdog() if self._async else None
         self._queue: queue.Queue[
             tuple[torch.cuda.Event, torch.Tensor, list[TalkerArgs | None]] | tuple[str, TalkerArgs]
         ] = queue.Queue(maxsize=_QUEUE_STEPS)
@@ -109,7 +111,9 @@ class RowPublisher:
                     self._pusher.push_failure(failed.endpoint, failed.correlation_id, reason)
                     continue
                 event, host, args = item
-                event.synchronize()
+                assert self._watchdog is not None  # set where there is a queue to drain
+                with self._watchdog.waiting("a step's rows"):
+                    event.synchronize()
                 self._send(host.numpy(), args)
             except Exception:
                 logger.exception("publishing talker rows failed")

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from realtime_engine.format import CODEC_KERNELS, DEFAULT_CODEC_KERNELS
+from realtime_engine.talker.vllm_engine_config import ENGINE_ENV
 from realtime_engine.talker.vllm_protocol import CODEC_CONFIG_KEY
 
 REPO = Path(__file__).resolve().parent.parent
@@ -295,7 +296,9 @@ def main(argv: list[str] | None = None) -> int:
             if args.cpu_smoke:
                 cmd.append("--cpu-smoke")
             cmd += ["--_one", kind, str(dirs[kind]), str(result_file)]
-            proc = subprocess.run(cmd, env=env, cwd=REPO)
+            # the talker's engine as the gateway starts it; plain vLLM as it comes
+            run_env = env if kind == "qwen3" else {**ENGINE_ENV, **env}
+            proc = subprocess.run(cmd, env=run_env, cwd=REPO)
             if proc.returncode != 0:
                 report[name] = {"error": f"exit code {proc.returncode}"}
                 continue

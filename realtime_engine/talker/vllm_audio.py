@@ -153,7 +153,7 @@ class VllmAudio:
         final chunk goes out now, before the slot is reused. Statuses still on
         their way for an aborted or preempted request update the kept state.
         """
-        self._settle(wait=False)
+        self._settle()
         self._decode_due()
         stream = self.codec.detach(key)
         self._args.pop(key, None)
@@ -182,24 +182,22 @@ class VllmAudio:
             else:
                 late = self._step_event() if self._step_event is not None else None
                 self._statuses.append(_Status(late, status.clone(), keys))
-        self._settle(wait=False)
+        self._settle()
         self._decode_due()
 
     def poll(self) -> None:
         """Decode what the statuses on the host so far allow (never waits)."""
         if self._statuses:
-            self._settle(wait=False)
+            self._settle()
             self._decode_due()
 
-    def _settle(self, *, wait: bool) -> None:
-        """Apply the statuses that reached the host, oldest first."""
+    def _settle(self) -> None:
+        """Apply the statuses that reached the host, oldest first (never waits: the
+        first one still on its way stops the walk)."""
         while self._statuses:
             status = self._statuses[0]
-            if status.event is not None:
-                if wait:
-                    self._wait(status.event, "a step's status")
-                elif not status.event.query():
-                    return
+            if status.event is not None and not status.event.query():
+                return
             self._statuses.popleft()
             now = time.perf_counter()
             values = status.host.tolist()

@@ -16,12 +16,11 @@ ENGINE_ENV = {
     # The talker samples with its own code sampler; vLLM's FlashInfer sampler is never used.
     "VLLM_USE_FLASHINFER_SAMPLER": "0",
     # No cuBLAS / cuBLASLt workspaces in the engine core. A captured graph keeps the
-    # raw address of the workspace it was captured with, and PyTorch frees a stream's
-    # workspace when another graph captured on that stream goes (pytorch#193402):
-    # the codec's graphs, captured before vLLM's, then replay into memory reused by
-    # others, and a split-K kernel spins on its counters there for good. On the
-    # H200 the engine hung at the first stream's end that way; with no workspace it
-    # ran clean (docs/bench/RESULTS.md, section 12).
+    # raw address of the workspace it was captured with, and PyTorch can free that
+    # workspace while the graph lives (pytorch#193402); a split-K kernel replayed
+    # into reused memory spins on its counters for good. The codec's graphs are
+    # captured before vLLM's: on the H200 the engine hung at the first stream's end
+    # with workspaces and ran clean without (docs/bench/RESULTS.md, section 12).
     "CUBLAS_WORKSPACE_CONFIG": ":0:0",
     "CUBLASLT_WORKSPACE_SIZE": "0",
 }

@@ -113,6 +113,7 @@ SERVER_STAGES = (
     "first_row_ms",
     "first_frame_row_ms",
     "first_chunk_ms",
+    "encoded_ms",
     "ttfa_ms",
 )
 

@@ -28,6 +28,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 from gateway import availability
 from gateway.auth import AuthError
 from gateway.engine_health import watch_engine
+from gateway.loop_lag import watch_loop_lag
 from gateway.metrics import EnginePoller
 from gateway.protocol import (
     CLOSE_POLICY,
@@ -121,6 +122,7 @@ def create_app(
         warm = asyncio.create_task(_warm_up(state))
         sampler = asyncio.create_task(_sample_engine_stats(state, after=warm))
         health = asyncio.create_task(_watch_health(state, after=warm))
+        lag = asyncio.create_task(watch_loop_lag(state.metrics.event_loop_lag_seconds.observe))
         if not settings.warm_in_background:
             await asyncio.shield(warm)
             if state.engine_error is not None:
@@ -130,10 +132,12 @@ def create_app(
         finally:
             state.ready = False
             state.draining = True
-            for task in (warm, sampler, health):
+            for task in (warm, sampler, health, lag):
                 task.cancel()
-            await asyncio.gather(warm, sampler, health, return_exceptions=True)
+            await asyncio.gather(warm, sampler, health, lag, return_exceptions=True)
             await engine.close()
+            if state.encode_pool is not None:
+                state.encode_pool.shutdown(wait=False, cancel_futures=True)
             close_voices = getattr(state.voices, "close", None)
             if callable(close_voices):
                 await close_voices()  # a shared store's connections

@@ -125,6 +125,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--voice-cache", type=int, help="encoded voices kept in memory (least recently used out)"
     )
     serve.add_argument(
+        "--encode-threads",
+        type=int,
+        help="threads encoding every session's audio (default 4: Opus runs in C; more threads "
+        "mostly contend with the event loop for the GIL)",
+    )
+    serve.add_argument(
         "--drain-timeout",
         type=float,
         default=30.0,
@@ -255,6 +261,7 @@ def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
         voice_dir=getattr(args, "voice_dir", None),
         voice_store=getattr(args, "voice_store", None),
         voice_cache_entries=getattr(args, "voice_cache", None),
+        encode_threads=getattr(args, "encode_threads", None),
         drain_timeout_s=args.drain_timeout,
         exit_on_engine_death=args.exit_on_engine_death or None,
         model_name=args.model_name,

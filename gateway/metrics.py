@@ -21,6 +21,8 @@ _STEP_BUCKETS = (0.001, 0.002, 0.004, 0.006, 0.008, 0.012, 0.02, 0.04, 0.08, 0.2
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 # Stages start at sub-millisecond queueing, so finer than the TTFA buckets at the low end.
 _STAGE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, *_LATENCY_BUCKETS)
+# The loop should wake within a millisecond; hundreds mean every session waits.
+_LOOP_LAG_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 
 
 def batch_bucket(batch_size: float) -> str:
@@ -60,9 +62,15 @@ class GatewayMetrics:
         self.stage_seconds = Histogram(
             "speech_stage_seconds",
             "First segment speakable to each first-audio stage "
-            "(queue, prefill, first_row, first_frame_row, first_chunk, ttfa)",
+            "(queue, prefill, first_row, first_frame_row, first_chunk, encoded, ttfa)",
             ["stage"],
             buckets=_STAGE_BUCKETS,
+            registry=r,
+        )
+        self.event_loop_lag_seconds = Histogram(
+            "speech_event_loop_lag_seconds",
+            "How late the event loop ran a timer (every session's I/O waits this long)",
+            buckets=_LOOP_LAG_BUCKETS,
             registry=r,
         )
         self.engine_step_seconds = Histogram(

@@ -43,8 +43,13 @@ class GatewaySettings(BaseModel):
     # Exit (status 3) when the engine dies while serving, instead of staying up
     # with /ready at 503 (for supervisors that cannot probe /ready).
     exit_on_engine_death: bool = False
-    # PCM chunks longer than this are encoded on a worker thread.
+    # PCM chunks longer than this are encoded on a worker thread (a context's
+    # first audio never is: TTFA waits on it).
     encode_inline_max_ms: float = Field(default=60.0, ge=0)
+    # Threads encoding every session's audio (Opus spends its time in C with the
+    # GIL released). Few on purpose: each one also takes the GIL back after
+    # every packet, in turn with the event loop.
+    encode_threads: int = Field(default=4, ge=1, le=64)
     # Encoded voices kept in memory (least recently used out first).
     voice_cache_entries: int = Field(default=1024, ge=1)
     # Where encoded voices persist across restarts; none when empty.

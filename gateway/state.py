@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -142,6 +143,8 @@ class GatewayState:
     engine_error: str | None = None  # why the engine failed to start, or died
     draining: bool = False  # shutting down: refuse new sessions with 1013
     sessions: set[LiveSession] = field(default_factory=set)  # open WebSocket sessions
+    # Encodes every session's long chunks (threads start on first use).
+    encode_pool: ThreadPoolExecutor | None = None
 
     @classmethod
     def create(
@@ -162,6 +165,7 @@ class GatewayState:
                 max_sessions_per_key=settings.max_sessions_per_key,
                 max_contexts_per_key=settings.max_contexts_per_key,
             ),
+            encode_pool=ThreadPoolExecutor(settings.encode_threads, thread_name_prefix="encode"),
         )
 
     @property

@@ -49,8 +49,11 @@ def test_flags_become_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (settings.host, settings.port) == ("0.0.0.0", 0)
     assert settings.limits.max_sessions == 5 and settings.limits.idle_timeout_s == 9
     assert settings.api_keys == ("env-key",)
+    assert settings.encode_threads == 4  # the default when the flag is absent
     args = build_parser().parse_args(["serve", "--api-key", "a", "--api-key", "b"])
     assert settings_from_args(args).api_keys == ("a", "b")
+    args = build_parser().parse_args(["serve", "--encode-threads", "2"])
+    assert settings_from_args(args).encode_threads == 2
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--engine", "nope"])
 

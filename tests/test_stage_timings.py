@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from realtime_engine.engines.higgs import HiggsEngine
 from realtime_engine.model.tokenizer import HiggsTokenizer
 from realtime_engine.talker.types import PcmChunk, TalkerRequest, TalkerSampling
 
-STAGE_ORDER = ["queue", "prefill", "first_row", "first_frame_row", "first_chunk", "ttfa"]
+STAGE_ORDER = ["queue", "prefill", "first_row", "first_frame_row", "first_chunk", "encoded", "ttfa"]
 STAGE_FIELDS = [f"{name}_ms" for name in STAGE_ORDER]
 
 
@@ -68,12 +69,14 @@ stamp = st.one_of(st.none(), st.floats(0.0, 50.0, allow_nan=False))
     ready=st.floats(0.0, 1000.0, allow_nan=False),
     engine_at=stamp,
     stamps=st.lists(stamp, min_size=5, max_size=5),
+    encoded=stamp,
     sent=stamp,
 )
 def test_metrics_are_each_stage_after_speakable(
     ready: float,
     engine_at: float | None,
     stamps: list[float | None],
+    encoded: float | None,
     sent: float | None,
 ) -> None:
     def at(offset: float | None) -> float | None:
@@ -83,10 +86,13 @@ def test_metrics_are_each_stage_after_speakable(
     stats = ContextStats(
         first_ready_at=ready,
         first_engine_at=at(engine_at),
+        first_encoded_at=at(encoded),
         first_sent_at=at(sent),
         first_timings=timings,
     )
-    expected: dict[str, float | None] = dict(zip(STAGE_ORDER, [*stamps, sent], strict=True))
+    expected: dict[str, float | None] = dict(
+        zip(STAGE_ORDER, [*stamps, encoded, sent], strict=True)
+    )
     if expected["queue"] is None:  # engines that stamp nothing: when the gateway called them
         expected["queue"] = engine_at
     seconds = stats.stage_seconds()
@@ -206,12 +212,12 @@ def test_fake_engine_stages_reach_done_and_metrics() -> None:
     with TestClient(fake_app(engine)) as client:
         metrics = speak(client, "Hello there. ")
         scraped = scrape(client)
-    assert_ordered(metrics, ["queue", "first_chunk", "ttfa"])
+    assert_ordered(metrics, ["queue", "first_chunk", "encoded", "ttfa"])
     assert metrics["first_chunk_ms"] >= delay_s * 1000
     # The fake has no talker: no prefill or rows to report.
     assert metrics["prefill_ms"] is None
     assert metrics["first_row_ms"] is None and metrics["first_frame_row_ms"] is None
-    for stage in ("queue", "first_chunk", "ttfa"):
+    for stage in ("queue", "first_chunk", "encoded", "ttfa"):
         assert count(scraped, stage) == 1
         assert scraped[("speech_stage_seconds_sum", stage, float("inf"))] == pytest.approx(
             metrics[f"{stage}_ms"] / 1000, abs=1e-4
@@ -383,3 +389,32 @@ async def test_the_reference_runner_stamps_row_zero_and_the_row_completing_frame
     assert timings.first_frame_row is not None
     # one step per row: frame 0 needs 7 steps after the first row
     assert submitted < timings.prefilled <= timings.first_row < timings.first_frame_row < received
+
+
+class RecordingPool(ThreadPoolExecutor):
+    """The gateway's encode pool, noting where each stream's timeline stood at each hand-over."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1)
+        self.pts_at_submit: list[int] = []
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        self.pts_at_submit.append(fn.__self__.next_pts_ms)  # type: ignore[attr-defined]
+        return super().submit(fn, *args, **kwargs)
+
+
+def test_first_audio_is_encoded_on_the_loop_and_later_chunks_on_the_pool() -> None:
+    app = fake_app(FakeEngine())
+    pool = RecordingPool()
+    app.state.gateway.encode_pool = pool
+    with TestClient(app) as client:
+        metrics = speak(
+            client,
+            "Hello there, this sentence is long enough for several chunks. ",
+            session={"output": {"format": "opus"}},
+        )
+    # Opus chunks longer than the inline limit go to the pool, but never the
+    # context's first one: every hand-over finds frames already made.
+    assert len(pool.pts_at_submit) >= 3
+    assert all(pts > 0 for pts in pool.pts_at_submit), pool.pts_at_submit
+    assert_ordered(metrics, ["first_chunk", "encoded", "ttfa"])

@@ -213,6 +213,7 @@ export const CONTEXT_METRICS = Object.freeze([
   "first_row_ms",
   "first_frame_row_ms",
   "first_chunk_ms",
+  "encoded_ms",
   "rtf",
   "first_segment_chars",
   "segments"

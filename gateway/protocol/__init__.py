@@ -173,6 +173,7 @@ class ContextMetrics(_Lenient):
     first_row_ms: float | None = None
     first_frame_row_ms: float | None = None
     first_chunk_ms: float | None = None
+    encoded_ms: float | None = None
     rtf: float | None = None
     first_segment_chars: int = 0
     segments: int = 0

@@ -28,6 +28,7 @@ class ContextStats:
 
     first_ready_at: float | None = None  # first segment speakable (loop clock)
     first_engine_at: float | None = None
+    first_encoded_at: float | None = None  # the first chunk's frames are ready to queue
     first_sent_at: float | None = None
     first_timings: SegmentTimings | None = None  # of the segment that gave the first audio
     generation_s: float = 0.0  # wall time spent waiting on the engine
@@ -41,7 +42,7 @@ class ContextStats:
     def stage_seconds(self) -> dict[str, float]:
         """Each first-audio stage reached, in seconds after the first segment was speakable.
 
-        Keys in stage order (``ENGINE_STAGES``, then ``ttfa``); a stage the
+        Keys in stage order (``ENGINE_STAGES``, then ``encoded`` and ``ttfa``); a stage the
         engine does not report is absent. ``queue`` falls back to when the
         gateway called the engine, for engines that stamp nothing.
         """
@@ -54,6 +55,7 @@ class ContextStats:
         ]
         if stamps[0][1] is None:
             stamps[0] = ("queue", self.first_engine_at)
+        stamps.append(("encoded", self.first_encoded_at))
         stamps.append(("ttfa", self.first_sent_at))
         return {name: at - ready for name, at in stamps if at is not None}
 
@@ -67,6 +69,7 @@ class ContextStats:
             first_row_ms=stages.get("first_row"),
             first_frame_row_ms=stages.get("first_frame_row"),
             first_chunk_ms=stages.get("first_chunk"),
+            encoded_ms=stages.get("encoded"),
             rtf=rtf,
             first_segment_chars=self.first_segment_chars,
             segments=self.segments_done,

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import Executor
 
 import numpy as np
 
@@ -102,6 +103,7 @@ class ContextWorker:
         *,
         max_lead_s: float,
         encode_inline_max_ms: float,
+        encode_pool: Executor | None = None,
         stall_timeout_s: float = 60.0,
         on_closed: Callable[[ContextWorker, str], None],
         on_queue_change: Callable[[int], None] = lambda delta: None,
@@ -120,6 +122,7 @@ class ContextWorker:
         self._out = outbound
         self._max_lead_s = max_lead_s
         self._encode_inline_max_ms = encode_inline_max_ms
+        self._encode_pool = encode_pool  # None: the event loop's default executor
         self._stall_timeout_s = stall_timeout_s
         self._on_closed = on_closed
         self._on_queue_change = on_queue_change
@@ -319,7 +322,10 @@ class ContextWorker:
                 if not started:
                     started = True
                     await self._segment_started(item)
-                await self._emit_frames(await self._encode(chunk))
+                frames = await self._encode(chunk)
+                if frames and self.stats.first_encoded_at is None:
+                    self.stats.first_encoded_at = time.perf_counter()
+                await self._emit_frames(frames)
         finally:
             self.current_request = None
             if not exhausted:
@@ -377,11 +383,18 @@ class ContextWorker:
     async def _encode(self, chunk: np.ndarray) -> list[EncodedFrame]:
         self._fed_in += len(chunk)
         chunk_ms = len(chunk) * 1000 / self._engine.sample_rate
-        if chunk_ms > self._encode_inline_max_ms and self._encoder.worth_offloading:
+        # The context's first audio is encoded here and now: TTFA waits on it,
+        # and on a worker it would queue behind other streams' long chunks.
+        awaited_first = self.stats.first_encoded_at is None
+        if (
+            chunk_ms > self._encode_inline_max_ms
+            and self._encoder.worth_offloading
+            and not awaited_first
+        ):
             # run_in_executor rather than to_thread: encoding needs no copy of
             # the context variables, and this runs for every chunk.
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(None, self._encoder.feed, chunk)
+            return await loop.run_in_executor(self._encode_pool, self._encoder.feed, chunk)
         return self._encoder.feed(chunk)
 
     def _restart_encoder(self) -> list[EncodedFrame]:

@@ -194,6 +194,7 @@ class SessionPipeline:
             self.outbound,
             max_lead_s=settings.limits.max_lead_s,
             encode_inline_max_ms=settings.encode_inline_max_ms,
+            encode_pool=self.state.encode_pool,
             stall_timeout_s=settings.engine_stall_timeout_s,
             on_closed=self._worker_closed,
             on_queue_change=self.state.metrics.queue_depth.inc,

@@ -78,6 +78,9 @@ class StreamMetrics:
     underruns: int
     underrun_s: float
     min_lead_s: float | None
+    # Audio already played when the first underrun began (None: no underrun):
+    # near 0 the stream's opening chunks were late, later the steady cadence.
+    first_underrun_audio_s: float | None = None
 
 
 def _since(t: float | None, t0: float | None) -> float | None:
@@ -96,6 +99,10 @@ def derive(
     gaps = tuple(b.t_s - a.t_s for a, b in itertools.pairwise(record.chunks))
     total_s = _since(record.t_done, record.t_first_text)
     server_ttfa = (record.server_metrics or {}).get("ttfa_ms")
+    first_underrun = None
+    if report.underruns:
+        before = record.chunks[: report.underruns[0].chunk_index]
+        first_underrun = math.fsum(c.duration_ms for c in before) / 1000.0
     return StreamMetrics(
         ok=record.ok,
         connect_s=_since(record.t_connected, record.t_start),
@@ -113,6 +120,7 @@ def derive(
         underruns=len(report.underruns),
         underrun_s=report.underrun_s,
         min_lead_s=report.min_lead_s,
+        first_underrun_audio_s=first_underrun,
     )
 
 

@@ -57,6 +57,9 @@ def summarize_level(
         "underrun_s": summarize([m.underrun_s for m in ok]),
         "underruns_total": sum(m.underruns for m in ok),
         "streams_with_underrun": sum(1 for m in ok if m.underruns),
+        "first_underrun_audio_s": summarize(
+            [m.first_underrun_audio_s for m in ok if m.first_underrun_audio_s is not None]
+        ),
         "min_lead_ms": summarize(_ms([m.min_lead_s for m in ok]), 2),
         "server_metrics": server_metric_summaries(
             [r.server_metrics or {} for r in measured if r.ok]

@@ -58,6 +58,9 @@ def stream_row(record: StreamRecord, level: float, in_window: bool) -> dict[str,
         "max_gap_ms": None if m.max_gap_s is None else round(m.max_gap_s * 1000, 2),
         "stall_s": round(m.stall_s, 4),
         "underruns": m.underruns,
+        "first_underrun_audio_s": (
+            None if m.first_underrun_audio_s is None else round(m.first_underrun_audio_s, 3)
+        ),
     }
 
 
@@ -151,16 +154,18 @@ def table(levels: list[dict[str, Any]]) -> str:
     """Markdown table of level summaries."""
     head = (
         "| target | load | streams | TTFA p50 / p90 / p99 ms | server TTFA p50 ms | RTF p50 "
-        "| audio-s/s | underruns (streams) |"
+        "| audio-s/s | underruns (streams), first at p50 audio-s |"
     )
     lines = [head, "|---|---|---|---|---|---|---|---|"]
     for s in levels:
         t = s["ttfa_ms"]
+        first = (s.get("first_underrun_audio_s") or {}).get("p50")
+        where = "" if first is None else f", first at {first} s"
         lines.append(
             f"| {s['target']} | {s['mode']} {s['level']:g} | {s['ok']}/{s['streams_measured']} "
             f"| {t.get('p50')} / {t.get('p90')} / {t.get('p99')} "
             f"| {s['server_ttfa_ms'].get('p50')} "
             f"| {s['rtf'].get('p50')} | {s['throughput_audio_s_per_s']} "
-            f"| {s['underruns_total']} ({s['streams_with_underrun']}) |"
+            f"| {s['underruns_total']} ({s['streams_with_underrun']}){where} |"
         )
     return "\n".join(lines)

@@ -9,6 +9,7 @@ import pytest
 
 from bench.gpu.report import combine, main, merge
 from bench.stats import summarize
+from bench.sweep import table
 
 
 def _result(level: float, target: str = "gateway") -> dict:
@@ -88,6 +89,7 @@ def _part(level: int, ttfas: list[float], throughput: float, underruns: int) -> 
             "stall_s": 0.0,
             "connect_ms": 3.0,
             "ttfa_decoded_ms": None,
+            "first_underrun_audio_s": 0.16 if i < underruns else None,
         }
         for i, t in enumerate(ttfas)
     ]
@@ -123,6 +125,9 @@ def test_combine_pools_streams_and_sums_rates() -> None:
     assert level["client_processes"] == 2 and level["total_ms"]["n"] == 0
     assert [r["stream"] for r in combined["streams"]] == list(range(7))
     assert {r["level"] for r in combined["streams"]} == {128}
+    # where the underruns began, pooled over the streams that had one
+    assert level["first_underrun_audio_s"] == summarize([0.16, 0.16], 3)
+    assert "| 2 (1), first at 0.16 s |" in table([level])
 
 
 def test_combine_refuses_mixed_inputs(tmp_path: Path) -> None:

@@ -104,6 +104,21 @@ def test_derive_exact() -> None:
     assert (m.stalls, m.underruns, m.min_lead_s) == (0, 0, 0.0)
 
 
+def test_derive_places_the_first_underrun_in_the_audio() -> None:
+    # 160 ms played, then the next chunk lands 340 ms after the buffer ran dry;
+    # a second, shorter stall later does not move the first one.
+    r = _record(
+        [(1.0, 160.0), (1.5, 240.0), (1.74, 500.0), (2.3, 100.0)],
+        t_first_text=0.5,
+        t_done=3.0,
+    )
+    m = derive(r)
+    assert m.underruns == 1 and m.stalls == 2
+    assert m.first_underrun_audio_s == pytest.approx(0.16)
+    smooth = _record([(1.0, 500.0), (1.25, 500.0)], t_first_text=0.5, t_done=2.0)
+    assert derive(smooth).first_underrun_audio_s is None
+
+
 def test_derive_failed_stream() -> None:
     r = _record([], t_first_text=1.0)
     r.error = "ConnectionClosedError: boom"

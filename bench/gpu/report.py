@@ -71,6 +71,7 @@ _POOLED = (
     ("chunks", "chunks", 1),
     ("max_gap_ms", "max_gap_ms", 2),
     ("stall_s", "stall_s", 4),
+    ("first_underrun_audio_s", "first_underrun_audio_s", 3),
 )
 # summaries that neither per-stream rows nor level samples carry: marked as not pooled
 _NOT_POOLED = ("total_ms", "underrun_s", "min_lead_ms")

@@ -28,6 +28,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 from gateway import availability
 from gateway.auth import AuthError
 from gateway.engine_health import watch_engine
+from gateway.gc_heap import freeze_startup_heap
 from gateway.loop_lag import watch_loop_lag
 from gateway.metrics import EnginePoller
 from gateway.protocol import (
@@ -167,6 +168,9 @@ async def _warm_up(state: GatewayState) -> None:
         state.engine_error = f"{type(e).__name__}: {e}"
         log.error("the %s engine failed to start", state.engine.name, exc_info=e)
         return
+    if state.settings.freeze_gc_heap:
+        frozen = freeze_startup_heap()  # before the first session: a pause nobody hears
+        log.info("froze %d start-up objects out of the collector's full passes", frozen)
     state.ready = True
 
 

@@ -254,6 +254,7 @@ def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
         limits.idle_timeout_s = args.idle_timeout
     return GatewaySettings.from_env(
         warm_in_background=True,  # /health answers while a large model warms up
+        freeze_gc_heap=True,  # no full-heap collection pauses while serving
         host=args.host,
         port=args.port,
         api_keys=tuple(args.api_keys) if args.api_keys else None,

@@ -50,6 +50,10 @@ class GatewaySettings(BaseModel):
     # GIL released). Few on purpose: each one also takes the GIL back after
     # every packet, in turn with the event loop.
     encode_threads: int = Field(default=4, ge=1, le=64)
+    # Once the engine is warm, freeze the start-up heap so that the collector's
+    # full passes (0.5 s and more with vLLM loaded) skip it (gateway.gc_heap).
+    # `serve` turns it on; off here so in-process apps (tests) leave gc alone.
+    freeze_gc_heap: bool = False
     # Encoded voices kept in memory (least recently used out first).
     voice_cache_entries: int = Field(default=1024, ge=1)
     # Where encoded voices persist across restarts; none when empty.

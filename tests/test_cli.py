@@ -50,6 +50,7 @@ def test_flags_become_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings.limits.max_sessions == 5 and settings.limits.idle_timeout_s == 9
     assert settings.api_keys == ("env-key",)
     assert settings.encode_threads == 4  # the default when the flag is absent
+    assert settings.freeze_gc_heap  # a served gateway keeps full collections off its heap
     args = build_parser().parse_args(["serve", "--api-key", "a", "--api-key", "b"])
     assert settings_from_args(args).api_keys == ("a", "b")
     args = build_parser().parse_args(["serve", "--encode-threads", "2"])

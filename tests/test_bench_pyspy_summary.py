@@ -49,3 +49,15 @@ def test_the_command_reads_gzip(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert "     10 samples  thread (1): MainThread" in out
     assert " 80.0%  step (core.py)" in out
     assert "sender; inclusive" not in out  # only the busiest thread is detailed
+
+
+def test_bytes_that_are_not_utf8_cost_only_their_own_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "profile.txt"
+    torn = b"thread (3): other;f\xf9\xfe (x.py:1) 4\n"
+    path.write_bytes(RAW.encode() + torn)
+    assert main([str(path), "--top", "3", "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "     10 samples  thread (1): MainThread" in out
+    assert "      4 samples  thread (3): other" in out

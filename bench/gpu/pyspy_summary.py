@@ -70,7 +70,9 @@ def report(threads: dict[str, ThreadProfile], top: int, busiest: int) -> Iterato
 
 def _open(path: Path) -> Iterator[str]:
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as f:
+    # py-spy copies names out of the target's memory: a torn read can leave
+    # bytes that are not UTF-8, which must not lose the rest of the profile
+    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
         yield from f
 
 

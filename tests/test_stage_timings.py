@@ -418,3 +418,18 @@ def test_first_audio_is_encoded_on_the_loop_and_later_chunks_on_the_pool() -> No
     assert len(pool.pts_at_submit) >= 3
     assert all(pts > 0 for pts in pool.pts_at_submit), pool.pts_at_submit
     assert_ordered(metrics, ["first_chunk", "encoded", "ttfa"])
+
+
+def test_a_first_chunk_longer_than_a_second_is_encoded_on_the_pool() -> None:
+    # encoding it on the loop would hold every other session for its duration
+    app = fake_app(FakeEngine(chunk_samples=2 * 24_000))
+    pool = RecordingPool()
+    app.state.gateway.encode_pool = pool
+    with TestClient(app) as client:
+        metrics = speak(
+            client,
+            "A sentence long enough for two seconds. ",
+            session={"output": {"format": "opus"}},
+        )
+    assert pool.pts_at_submit[0] == 0  # the first chunk went to the pool
+    assert_ordered(metrics, ["first_chunk", "encoded", "ttfa"])

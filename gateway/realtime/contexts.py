@@ -93,6 +93,10 @@ def to_engine_request(
     )
 
 
+# The longest first chunk encoded on the event loop (about 4 ms of Opus).
+FIRST_CHUNK_INLINE_MAX_MS = 1000.0
+
+
 class ContextWorker:
     def __init__(
         self,
@@ -385,7 +389,10 @@ class ContextWorker:
         chunk_ms = len(chunk) * 1000 / self._engine.sample_rate
         # The context's first audio is encoded here and now: TTFA waits on it,
         # and on a worker it would queue behind other streams' long chunks.
-        awaited_first = self.stats.first_encoded_at is None
+        # (Up to a second of it: longer would hold every session's loop.)
+        awaited_first = (
+            self.stats.first_encoded_at is None and chunk_ms <= FIRST_CHUNK_INLINE_MAX_MS
+        )
         if (
             chunk_ms > self._encode_inline_max_ms
             and self._encoder.worth_offloading

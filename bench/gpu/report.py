@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bench.gpu.server_histograms import step_lines
 from bench.report import stage_table
 from bench.stats import summarize
 from bench.sweep import table
@@ -196,6 +197,18 @@ def summary(out_dir: Path) -> str:
         errors = sorted({e for lv in result["levels"] for e in lv.get("error_samples", [])})
         if errors:
             lines += ["Errors (samples):", "", *[f"- `{e}`" for e in errors[:8]], ""]
+    per_step = step_lines(out_dir)
+    if per_step:
+        lines += [
+            "## Server histograms per step",
+            "",
+            "From `metrics_<step>.txt`, each step's share of the cumulative histograms: "
+            "first-audio stages after the text was speakable (every context of the step, "
+            "warm-up and cut streams included) and the gateway's event-loop lag.",
+            "",
+            *per_step,
+            "",
+        ]
     usage = resource_lines(out_dir)
     if usage:
         lines += ["## CPU and GPU use over the run", "", *usage, ""]

@@ -1,0 +1,101 @@
+"""Per-step digests of the server's cumulative histograms, for the run's summary.
+
+``run_h200.sh`` scrapes ``/metrics`` after each step into ``metrics_<step>.txt``.
+The histograms there are cumulative over the server's life, so a step's own
+share is its file minus the previous step's. Two are digested:
+
+- ``speech_stage_seconds{stage}``: the mean of each first-audio stage over the
+  contexts that reached it during the step (cut streams included, which the
+  clients' ``context.done`` tables miss);
+- ``speech_event_loop_lag_seconds``: how late the gateway's event loop ran its
+  50 ms timer during the step (bucket bounds: "p50 <= 2 ms").
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+STAGES = ("queue", "prefill", "first_frame_row", "first_chunk", "encoded", "ttfa")
+_LAG = "speech_event_loop_lag_seconds"
+_STAGE = "speech_stage_seconds"
+
+Snapshot = dict[tuple[str, str], float]  # (sample name, label) -> value
+
+
+def read_snapshot(text: str) -> Snapshot:
+    """The stage sums and counts and the loop lag's buckets of one scrape."""
+    out: Snapshot = {}
+    for family in text_string_to_metric_families(text):
+        if family.name not in (_STAGE, _LAG):
+            continue
+        for s in family.samples:
+            if family.name == _STAGE and s.name.endswith(("_sum", "_count")):
+                out[(s.name, s.labels["stage"])] = s.value
+            elif family.name == _LAG and s.name.endswith("_bucket"):
+                out[(s.name, s.labels["le"])] = s.value
+    return out
+
+
+def _delta(now: Snapshot, before: Snapshot) -> Snapshot:
+    return {key: value - before.get(key, 0.0) for key, value in now.items()}
+
+
+def _bound_ms(le: str) -> str:
+    return "inf" if le == "+Inf" else f"{float(le) * 1000:g} ms"
+
+
+def lag_digest(step: Snapshot) -> str | None:
+    """``n samples, p50 <= a, p99 <= b, k over 100 ms`` for one step's loop lag."""
+    buckets = sorted(
+        ((float(le), le, n) for (name, le), n in step.items() if name == f"{_LAG}_bucket"),
+        key=lambda b: b[0],
+    )
+    if not buckets or buckets[-1][2] <= 0:
+        return None
+    total = buckets[-1][2]
+
+    def quantile(q: float) -> str:
+        need = math.ceil(q * total)
+        return next(_bound_ms(le) for _, le, n in buckets if n >= need)
+
+    under_100ms = next((n for bound, _, n in buckets if bound >= 0.1), total)
+    return (
+        f"{total:.0f} samples, p50 <= {quantile(0.5)}, p99 <= {quantile(0.99)}, "
+        f"{total - under_100ms:.0f} over 100 ms"
+    )
+
+
+def stage_digest(step: Snapshot) -> str | None:
+    """``stage mean ms`` for each stage reached during the step."""
+    parts = []
+    for stage in STAGES:
+        count = step.get((f"{_STAGE}_count", stage), 0.0)
+        if count > 0:
+            mean_ms = step[(f"{_STAGE}_sum", stage)] / count * 1000
+            parts.append(f"{stage} {mean_ms:.0f}")
+    return " / ".join(parts) if parts else None
+
+
+def step_lines(out_dir: Path) -> list[str]:
+    """One line per step with a scrape, in the run's step order (``steps.tsv``)."""
+    steps = out_dir / "steps.tsv"
+    if not steps.is_file():
+        return []
+    before: Snapshot = {}
+    lines = []
+    for row in steps.read_text().splitlines():
+        name = row.split("\t", 1)[0]
+        path = out_dir / f"metrics_{name}.txt"
+        if not re.fullmatch(r"[\w.-]+", name) or not path.is_file():
+            continue
+        now = read_snapshot(path.read_text(errors="replace"))
+        step = _delta(now, before)
+        before = now
+        stages, lag = stage_digest(step), lag_digest(step)
+        if stages or lag:
+            lines.append(f"- {name}: stages (mean ms) {stages or '-'}; event-loop lag {lag or '-'}")
+    return lines

@@ -1,0 +1,48 @@
+"""Per-step digests of the server's cumulative histograms (``bench.gpu.server_histograms``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+from bench.gpu.server_histograms import lag_digest, read_snapshot, stage_digest, step_lines
+from gateway.metrics import GatewayMetrics
+
+
+def _scrape(metrics: GatewayMetrics) -> str:
+    return metrics.render().decode()
+
+
+def test_each_step_gets_its_own_share_of_the_cumulative_histograms(tmp_path: Path) -> None:
+    metrics = GatewayMetrics()
+    # step one: two contexts, a quiet loop
+    for ttfa in (0.08, 0.10):
+        metrics.observe_stages({"queue": 0.001, "first_chunk": ttfa - 0.002, "ttfa": ttfa})
+    for _ in range(10):
+        metrics.event_loop_lag_seconds.observe(0.0004)
+    (tmp_path / "metrics_preset_exact.txt").write_text(_scrape(metrics))
+    # step two: one slow context, and a loop that stalled twice
+    metrics.observe_stages({"queue": 0.05, "first_chunk": 0.6, "encoded": 0.601, "ttfa": 0.9})
+    for lag in [0.0015] * 8 + [0.7, 0.8]:
+        metrics.event_loop_lag_seconds.observe(lag)
+    (tmp_path / "metrics_sweep_c128.txt").write_text(_scrape(metrics))
+    (tmp_path / "steps.tsv").write_text(
+        "prep\tok\t10\t\npreset_exact\tok\t16\t\nsweep_c64\tskipped\t0\t\nsweep_c128\tok\t31\t\n"
+    )
+    first, second = step_lines(tmp_path)
+    assert first.startswith("- preset_exact: stages (mean ms) queue 1 / first_chunk 88 / ttfa 90;")
+    assert "10 samples, p50 <= 0.5 ms, p99 <= 0.5 ms, 0 over 100 ms" in first
+    assert second.startswith(
+        "- sweep_c128: stages (mean ms) queue 50 / first_chunk 600 / encoded 601 / ttfa 900;"
+    )
+    assert "10 samples, p50 <= 2 ms, p99 <= 1000 ms, 2 over 100 ms" in second
+
+
+def test_nothing_to_digest_gives_no_line(tmp_path: Path) -> None:
+    registry = CollectorRegistry()
+    Histogram("other_seconds", "unrelated", registry=registry).observe(1.0)
+    snapshot = read_snapshot(generate_latest(registry).decode())
+    assert snapshot == {}
+    assert lag_digest(snapshot) is None and stage_digest(snapshot) is None
+    assert step_lines(tmp_path) == []  # no steps.tsv

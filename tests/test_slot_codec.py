@@ -24,6 +24,7 @@ from realtime_engine.codec.layout import CodecDims
 from realtime_engine.codec.presets import PRESETS, get_preset
 from realtime_engine.codec.streaming import StreamingDecoder
 from realtime_engine.engines.base import ChunkingParams
+from realtime_engine.format import CODEBOOK_SIZE
 from realtime_engine.talker.codec_slots import CodecSlots
 from realtime_engine.talker.slot_codec import ChunkPlan, SlotCodec
 
@@ -367,3 +368,30 @@ def test_last_chunks_from_padded_tail_buckets_equal_whole_decoding(codec: CodecD
     for i, r in enumerate(rows):
         assert peak_error(h.audio(f"r{i}"), offline(codec, r)) <= 1e-5
     assert peak_error(h.audio("lone"), offline(codec, lone)) <= 1e-5
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    picks=st.lists(
+        st.tuples(st.integers(0, SLOTS - 1), st.integers(0, POSITIONS + 4)),
+        min_size=1,
+        max_size=SLOTS,
+        unique_by=lambda p: p[0],
+    ),
+    seed=st.integers(0, 2**16),
+)
+def test_a_frames_codes_by_flat_offsets_are_the_indexed_ones(
+    codec: CodecDecoder, picks: list[tuple[int, int]], seed: int
+) -> None:
+    """The step's gather (one ``take`` of host-computed offsets, cleaned in the
+    step) reads what indexing ``[slot, row + c, c]`` reads, rows past the table's
+    end clamped the same way, for BOC/EOC and garbage alike."""
+    slots = CodecSlots(codec, SLOTS)
+    generator = torch.Generator().manual_seed(seed)
+    table = torch.randint(-2, 1030, (SLOTS, POSITIONS, 8), dtype=torch.int16, generator=generator)
+    which, rows = [p[0] for p in picks], [p[1] for p in picks]
+    raw, index = slots._gather_frame(table, which, rows)
+    indexed, expected_index = slots._gather(table, which, rows, 1)
+    cleaned = torch.where((raw < 0) | (raw >= CODEBOOK_SIZE), 0, raw).long()
+    assert torch.equal(cleaned, indexed)
+    assert torch.equal(index, expected_index)

@@ -36,6 +36,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
 
+import numpy as np
 import torch
 
 from realtime_engine.codec.decoder import CodecDecoder
@@ -111,6 +112,7 @@ class CodecSlots:
             slots, self.num_codebooks, 1, dtype=torch.int64, device=self.device
         )
         self._books = torch.arange(self.num_codebooks, device=self.device)
+        self._books_np = np.arange(self.num_codebooks, dtype=np.int64)
         self._hop_range = torch.arange(self.hop, device=self.device)
         # Whole tails (every stream's last chunk) from static buffers, per bucket.
         self._bucket_tails = self._want_graphs if bucket_tails is None else bucket_tails
@@ -261,14 +263,14 @@ class CodecSlots:
     def _gather_on_side(
         self, table: torch.Tensor, slots: Sequence[int], rows: Sequence[int], written: bool
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`_gather` of one frame on the gather stream; unless the rows are
+        """:meth:`_gather_frame` on the gather stream; unless the rows are
         known to be ``written``, after the current stream's work so far."""
         if self.gather_stream is None:
-            return self._gather(table, slots, rows, 1)
+            return self._gather_frame(table, slots, rows)
         if not written:
             self.gather_stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(self.gather_stream):
-            codes, index = self._gather(table, slots, rows, 1)
+            codes, index = self._gather_frame(table, slots, rows)
             self._gathered = torch.cuda.Event()
             self._gathered.record(self.gather_stream)
         assert self.stream is not None
@@ -287,7 +289,11 @@ class CodecSlots:
             self._advance_fn(slots, codes)
 
     def _advance(self, slots: torch.Tensor, codes: torch.Tensor) -> None:
-        """One frame into each of ``slots``, its committed samples into the ring."""
+        """One frame into each of ``slots``, its committed samples into the ring.
+
+        ``codes`` come raw from the talker's table (:meth:`_gather_frame`): BOC/EOC
+        and anything out of range become 0 here, inside the captured step."""
+        codes = torch.where((codes < 0) | (codes >= CODEBOOK_SIZE), 0, codes)
         fed = self.stream_codec.frames_fed.index_select(0, slots)
         pcm = self.stream_codec.advance_slots(slots, codes)  # [size, hop]
         pos = (fed[:, None] * self.hop - self.delay + self._hop_range) % self.ring_len
@@ -349,6 +355,32 @@ class CodecSlots:
 
     def _host_index(self, values: Sequence[object]) -> torch.Tensor:
         host = torch.tensor(values, dtype=torch.int64)
+        if self._cuda:
+            host = host.pin_memory()
+        return host.to(self.device, non_blocking=True)
+
+    def _gather_frame(
+        self, table: torch.Tensor, slots: Sequence[int], rows: Sequence[int]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Raw codes ``[b, Q, 1]`` (the table's dtype, uncleaned: :meth:`_advance`
+        cleans them) of one frame per slot, codebook ``c`` at table row ``rows[i] + c``
+        of slot ``slots[i]``, and the slots as a device index.
+
+        Every step runs this, so its host side is one copy up and one kernel:
+        the flat table offsets are computed on the host (numpy) and taken in
+        one ``take``, where indexing ``[slot, row + c, c]`` on the device costs
+        a dozen launches."""
+        b, books = len(slots), self.num_codebooks
+        positions = table.shape[1]
+        slot = np.asarray(slots, dtype=np.int64)
+        pos = np.clip(np.asarray(rows, dtype=np.int64)[:, None] + self._books_np, 0, positions - 1)
+        flat = (slot[:, None] * positions + pos) * books + self._books_np
+        meta = self._host_index_np(np.concatenate([flat.ravel(), slot]))
+        codes = torch.take(table, meta[: b * books].to(table.device)).view(b, books, 1)
+        return codes.to(self.device), meta[b * books :]
+
+    def _host_index_np(self, values: np.ndarray) -> torch.Tensor:
+        host = torch.from_numpy(values)
         if self._cuda:
             host = host.pin_memory()
         return host.to(self.device, non_blocking=True)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 from gateway_support import fake_app
 from hypothesis import given
@@ -22,8 +23,10 @@ from starlette.testclient import TestClient
 from bench.report import SERVER_STAGES, server_metric_summaries, stage_table
 from gateway.app import create_app
 from gateway.metrics import EngineStatsSampler, GatewayMetrics, batch_bucket
+from gateway.realtime import contexts
 from gateway.realtime.contexts import ENGINE_STAGES, ContextStats
 from gateway.settings import GatewaySettings
+from realtime_engine.audio.encoder import AudioEncoder, EncodedFrame
 from realtime_engine.engines.base import ChunkingParams, SegmentRequest, SegmentTimings
 from realtime_engine.engines.cpu_voice import CpuVoiceEngine
 from realtime_engine.engines.fake import FakeEngine
@@ -421,7 +424,8 @@ def test_first_audio_is_encoded_on_the_loop_and_later_chunks_on_the_pool() -> No
 
 
 def test_a_first_chunk_longer_than_a_second_is_encoded_on_the_pool() -> None:
-    # encoding it on the loop would hold every other session for its duration
+    # encoding it on the loop would hold every other session for its duration;
+    # only its first packet is, so that it leaves at once
     app = fake_app(FakeEngine(chunk_samples=2 * 24_000))
     pool = RecordingPool()
     app.state.gateway.encode_pool = pool
@@ -431,5 +435,26 @@ def test_a_first_chunk_longer_than_a_second_is_encoded_on_the_pool() -> None:
             "A sentence long enough for two seconds. ",
             session={"output": {"format": "opus"}},
         )
-    assert pool.pts_at_submit[0] == 0  # the first chunk went to the pool
+    assert pool.pts_at_submit[0] == 20  # all but the first 20 ms packet went to the pool
+    assert_ordered(metrics, ["first_chunk", "encoded", "ttfa"])
+
+
+def test_the_first_packet_is_encoded_before_the_rest_of_its_chunk(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fed: list[int] = []
+
+    class RecordingEncoder(AudioEncoder):
+        def feed(self, pcm: npt.ArrayLike) -> list[EncodedFrame]:
+            fed.append(len(np.asarray(pcm)))
+            return super().feed(pcm)
+
+    monkeypatch.setattr(contexts, "AudioEncoder", RecordingEncoder)
+    with TestClient(fake_app(FakeEngine())) as client:  # 160 ms chunks
+        metrics = speak(
+            client, "Hello there, this is a test. ", session={"output": {"format": "opus"}}
+        )
+    # one 20 ms packet's worth first (24 kHz in), then the rest of that chunk,
+    # then the following chunks whole
+    assert fed[:3] == [480, 3840 - 480, 3840]
     assert_ordered(metrics, ["first_chunk", "encoded", "ttfa"])

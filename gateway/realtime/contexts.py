@@ -143,6 +143,8 @@ class ContextWorker:
         self._deltas = AudioDeltaWriter(spec.context_id)
         self._out_rate = out.sample_rate
         self._encoder = self._new_encoder()
+        # Input samples of one output packet: what the first packet waits for.
+        self._packet_input_samples = max(1, engine.sample_rate * out.frame_ms // 1000)
         self._seq = 0
         self._out_samples = 0  # output samples in frames made so far
         self._base_ms = 0.0  # timeline at the start of the current encoder
@@ -326,10 +328,7 @@ class ContextWorker:
                 if not started:
                     started = True
                     await self._segment_started(item)
-                frames = await self._encode(chunk)
-                if frames and self.stats.first_encoded_at is None:
-                    self.stats.first_encoded_at = time.perf_counter()
-                await self._emit_frames(frames)
+                await self._send_audio(chunk)
         finally:
             self.current_request = None
             if not exhausted:
@@ -384,19 +383,35 @@ class ContextWorker:
         if lead > self._max_lead_s:
             await asyncio.sleep(lead - self._max_lead_s)
 
-    async def _encode(self, chunk: np.ndarray) -> list[EncodedFrame]:
+    async def _send_audio(self, chunk: np.ndarray) -> None:
+        """Encode ``chunk`` and queue its frames; the context's first packet leaves
+        before the rest of its chunk is encoded (TTFA waits on one frame, not on
+        the whole first chunk: 11 ms of Opus for the CPU voice's first clause)."""
+        first_audio = self.stats.first_encoded_at is None
+        if first_audio and len(chunk) > self._packet_input_samples:
+            head = await self._encode(chunk[: self._packet_input_samples], first_audio=True)
+            chunk = chunk[self._packet_input_samples :]
+            if head:
+                self.stats.first_encoded_at = time.perf_counter()
+                await self._emit_frames(head)
+                await asyncio.sleep(0)  # the writer sends it now
+        frames = await self._encode(chunk, first_audio=first_audio)
+        if frames and self.stats.first_encoded_at is None:
+            self.stats.first_encoded_at = time.perf_counter()
+        await self._emit_frames(frames)
+
+    async def _encode(self, chunk: np.ndarray, *, first_audio: bool = False) -> list[EncodedFrame]:
         self._fed_in += len(chunk)
         chunk_ms = len(chunk) * 1000 / self._engine.sample_rate
-        # The context's first audio is encoded here and now: TTFA waits on it,
-        # and on a worker it would queue behind other streams' long chunks.
-        # (Up to a second of it: longer would hold every session's loop.)
-        awaited_first = (
-            self.stats.first_encoded_at is None and chunk_ms <= FIRST_CHUNK_INLINE_MAX_MS
-        )
+        # The context's first chunk is encoded here and now: its second packet
+        # plays 20-60 ms after the first, and on a worker it could queue behind
+        # other streams' long chunks. (Up to a second of it: longer would hold
+        # every session's loop.)
+        inline_first = first_audio and chunk_ms <= FIRST_CHUNK_INLINE_MAX_MS
         if (
             chunk_ms > self._encode_inline_max_ms
             and self._encoder.worth_offloading
-            and not awaited_first
+            and not inline_first
         ):
             # run_in_executor rather than to_thread: encoding needs no copy of
             # the context variables, and this runs for every chunk.

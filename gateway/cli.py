@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 
 import uvicorn
+from pydantic import ValidationError
 
 from gateway.app import create_app
 from gateway.drain import ENGINE_DEAD_EXIT_STATUS, DrainingServer
@@ -334,7 +335,14 @@ async def serve(
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    settings = settings_from_args(args)
+    try:
+        settings = settings_from_args(args)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}" for error in e.errors()
+        )
+        print(f"speech-gateway: error: invalid settings: {problems}", file=sys.stderr)
+        return 2
     try:
         check_voice_store(settings.voice_store, settings.voice_dir)
     except ValueError as e:

@@ -14,7 +14,13 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from gateway.cli import build_parser, build_server, resolve_engine_kind, settings_from_args
+from gateway.cli import (
+    build_parser,
+    build_server,
+    main,
+    resolve_engine_kind,
+    settings_from_args,
+)
 from gateway.protocol import Limits
 from gateway.settings import GatewaySettings
 from realtime_engine.engines.fake import FakeEngine
@@ -57,6 +63,15 @@ def test_flags_become_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings_from_args(args).encode_threads == 2
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--engine", "nope"])
+
+
+def test_an_invalid_setting_is_an_error_message_not_a_traceback(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["serve", "--engine", "fake", "--encode-threads", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("speech-gateway: error: invalid settings: encode_threads:")
+    assert "Traceback" not in err
 
 
 async def test_serve_process_prints_its_url_and_speaks() -> None:

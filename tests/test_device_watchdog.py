@@ -9,16 +9,9 @@ import textwrap
 import threading
 
 import pytest
+from clock_support import FakeClock
 
 from realtime_engine.talker.device_watchdog import DEVICE_STALL_EXIT, DeviceWatchdog
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_only_a_wait_past_the_limit_is_overdue_and_the_oldest_is_named() -> None:

@@ -5,19 +5,12 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from clock_support import FakeClock
 from gateway_support import fake_app
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from gateway.loop_lag import LoopLagProbe, watch_loop_lag
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_lag_is_the_wake_up_beyond_the_interval() -> None:

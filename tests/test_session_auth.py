@@ -3,17 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from clock_support import FakeClock
 
 from gateway.auth import ANONYMOUS, Authenticator, AuthError, Principal, key_id_of
 from gateway.state import Admission
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_open_server_admits_everyone_anonymously() -> None:
@@ -50,7 +43,7 @@ def test_keys_map_to_stable_ids_never_the_key() -> None:
 
 
 def test_tokens_expire_and_cannot_be_forged() -> None:
-    clock = Clock()
+    clock = FakeClock(1_000.0)
     auth = Authenticator(("k",), secret="s3cret", clock=clock)
     principal = auth.check_bearer("Bearer k")
     minted = auth.mint(principal, ttl_s=60)
@@ -75,7 +68,7 @@ def test_tokens_expire_and_cannot_be_forged() -> None:
 
 
 def test_a_token_dies_with_its_key() -> None:
-    clock = Clock()
+    clock = FakeClock(1_000.0)
     old = Authenticator(("k-old", "k-new"), secret="s", clock=clock)
     token = old.mint(old.check_bearer("Bearer k-old"), 60).token
     rotated = Authenticator(("k-new",), secret="s", clock=clock)

@@ -406,16 +406,21 @@ class RecordingPool(ThreadPoolExecutor):
         return super().submit(fn, *args, **kwargs)
 
 
-def test_first_audio_is_encoded_on_the_loop_and_later_chunks_on_the_pool() -> None:
-    app = fake_app(FakeEngine())
+def speak_opus_through_a_recording_pool(
+    engine: FakeEngine, text: str
+) -> tuple[RecordingPool, dict[str, Any]]:
+    app = fake_app(engine)
     pool = RecordingPool()
     app.state.gateway.encode_pool = pool
     with TestClient(app) as client:
-        metrics = speak(
-            client,
-            "Hello there, this sentence is long enough for several chunks. ",
-            session={"output": {"format": "opus"}},
-        )
+        metrics = speak(client, text, session={"output": {"format": "opus"}})
+    return pool, metrics
+
+
+def test_first_audio_is_encoded_on_the_loop_and_later_chunks_on_the_pool() -> None:
+    pool, metrics = speak_opus_through_a_recording_pool(
+        FakeEngine(), "Hello there, this sentence is long enough for several chunks. "
+    )
     # Opus chunks longer than the inline limit go to the pool, but never the
     # context's first one: every hand-over finds frames already made.
     assert len(pool.pts_at_submit) >= 3
@@ -426,15 +431,9 @@ def test_first_audio_is_encoded_on_the_loop_and_later_chunks_on_the_pool() -> No
 def test_a_first_chunk_longer_than_a_second_is_encoded_on_the_pool() -> None:
     # encoding it on the loop would hold every other session for its duration;
     # only its first packet is, so that it leaves at once
-    app = fake_app(FakeEngine(chunk_samples=2 * 24_000))
-    pool = RecordingPool()
-    app.state.gateway.encode_pool = pool
-    with TestClient(app) as client:
-        metrics = speak(
-            client,
-            "A sentence long enough for two seconds. ",
-            session={"output": {"format": "opus"}},
-        )
+    pool, metrics = speak_opus_through_a_recording_pool(
+        FakeEngine(chunk_samples=2 * 24_000), "A sentence long enough for two seconds. "
+    )
     assert pool.pts_at_submit[0] == 20  # all but the first 20 ms packet went to the pool
     assert_ordered(metrics, ["first_chunk", "encoded", "ttfa"])
 

@@ -392,13 +392,9 @@ class ContextWorker:
             head = await self._encode(chunk[: self._packet_input_samples], first_audio=True)
             chunk = chunk[self._packet_input_samples :]
             if head:
-                self.stats.first_encoded_at = time.perf_counter()
                 await self._emit_frames(head)
                 await asyncio.sleep(0)  # the writer sends it now
-        frames = await self._encode(chunk, first_audio=first_audio)
-        if frames and self.stats.first_encoded_at is None:
-            self.stats.first_encoded_at = time.perf_counter()
-        await self._emit_frames(frames)
+        await self._emit_frames(await self._encode(chunk, first_audio=first_audio))
 
     async def _encode(self, chunk: np.ndarray, *, first_audio: bool = False) -> list[EncodedFrame]:
         self._fed_in += len(chunk)
@@ -429,6 +425,8 @@ class ContextWorker:
         return frames
 
     async def _emit_frames(self, frames: list[EncodedFrame]) -> None:
+        if frames and self.stats.first_encoded_at is None:
+            self.stats.first_encoded_at = time.perf_counter()
         for frame in frames:
             pts_ms = self._out_samples * 1000 // self._out_rate
             self._out_samples += frame.samples

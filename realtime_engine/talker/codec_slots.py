@@ -353,8 +353,9 @@ class CodecSlots:
 
     # -- helpers ---------------------------------------------------------------------
 
-    def _host_index(self, values: Sequence[object]) -> torch.Tensor:
-        host = torch.tensor(values, dtype=torch.int64)
+    def _host_index(self, values: Sequence[object] | np.ndarray) -> torch.Tensor:
+        """Integers from the host on the device, through pinned memory without a wait."""
+        host = torch.from_numpy(np.asarray(values, dtype=np.int64))
         if self._cuda:
             host = host.pin_memory()
         return host.to(self.device, non_blocking=True)
@@ -375,15 +376,9 @@ class CodecSlots:
         slot = np.asarray(slots, dtype=np.int64)
         pos = np.clip(np.asarray(rows, dtype=np.int64)[:, None] + self._books_np, 0, positions - 1)
         flat = (slot[:, None] * positions + pos) * books + self._books_np
-        meta = self._host_index_np(np.concatenate([flat.ravel(), slot]))
+        meta = self._host_index(np.concatenate([flat.ravel(), slot]))
         codes = torch.take(table, meta[: b * books].to(table.device)).view(b, books, 1)
         return codes.to(self.device), meta[b * books :]
-
-    def _host_index_np(self, values: np.ndarray) -> torch.Tensor:
-        host = torch.from_numpy(values)
-        if self._cuda:
-            host = host.pin_memory()
-        return host.to(self.device, non_blocking=True)
 
     def _gather(
         self, table: torch.Tensor, slots: Sequence[int], rows: Sequence[int], frames: int

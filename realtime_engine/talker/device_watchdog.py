@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 logger = logging.getLogger("vllm.plugins.higgs_talker.watchdog")
 
@@ -73,6 +74,11 @@ class DeviceWatchdog:
         finally:
             with self._lock:
                 del self._waits[key]
+
+    def synchronize(self, event: Any, what: str) -> None:
+        """``event.synchronize()``, timed as a wait named ``what``."""
+        with self.waiting(what):
+            event.synchronize()
 
     def overdue(self) -> tuple[str, float] | None:
         """The longest wait past the limit, with how long it has waited; else None."""

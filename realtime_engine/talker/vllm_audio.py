@@ -333,9 +333,8 @@ class VllmAudio:
     def _wait(self, event: StepEvent, what: str) -> None:
         if self._watchdog is None:
             event.synchronize()
-            return
-        with self._watchdog.waiting(what):
-            event.synchronize()
+        else:
+            self._watchdog.synchronize(event, what)
 
     def _drain(self) -> None:
         while True:

@@ -112,8 +112,7 @@ class RowPublisher:
                     continue
                 event, host, args = item
                 assert self._watchdog is not None  # set where there is a queue to drain
-                with self._watchdog.waiting("a step's rows"):
-                    event.synchronize()
+                self._watchdog.synchronize(event, "a step's rows")
                 self._send(host.numpy(), args)
             except Exception:
                 logger.exception("publishing talker rows failed")

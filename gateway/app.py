@@ -138,7 +138,7 @@ def create_app(
             await asyncio.gather(warm, sampler, health, lag, return_exceptions=True)
             await engine.close()
             if state.encode_pool is not None:
-                state.encode_pool.shutdown(wait=False, cancel_futures=True)
+                state.encode_pool.shutdown(cancel_futures=True)
             close_voices = getattr(state.voices, "close", None)
             if callable(close_voices):
                 await close_voices()  # a shared store's connections

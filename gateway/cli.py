@@ -128,8 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--encode-threads",
         type=int,
-        help="threads encoding every session's audio (default 4: Opus runs in C; more threads "
-        "mostly contend with the event loop for the GIL)",
+        help="threads encoding every session's long chunks, the listener closest to running "
+        "dry first (default 4: Opus runs in C; more threads mostly contend with the event "
+        "loop for the GIL)",
     )
     serve.add_argument(
         "--drain-timeout",

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from gateway.auth import ANONYMOUS, Authenticator
 from gateway.metrics import GatewayMetrics
 from gateway.protocol import ErrorDetail
+from gateway.realtime.encode_pool import EncodePool
 from gateway.settings import GatewaySettings
 from realtime_engine.engines.base import SpeechEngine, UnsupportedVoiceError, VoiceReference
 
@@ -143,8 +143,9 @@ class GatewayState:
     engine_error: str | None = None  # why the engine failed to start, or died
     draining: bool = False  # shutting down: refuse new sessions with 1013
     sessions: set[LiveSession] = field(default_factory=set)  # open WebSocket sessions
-    # Encodes every session's long chunks (threads start on first use).
-    encode_pool: ThreadPoolExecutor | None = None
+    # Encodes every session's long chunks, most urgent first (threads start on
+    # first use). None: they are encoded on the event loop.
+    encode_pool: EncodePool | None = None
 
     @classmethod
     def create(
@@ -165,7 +166,7 @@ class GatewayState:
                 max_sessions_per_key=settings.max_sessions_per_key,
                 max_contexts_per_key=settings.max_contexts_per_key,
             ),
-            encode_pool=ThreadPoolExecutor(settings.encode_threads, thread_name_prefix="encode"),
+            encode_pool=EncodePool(settings.encode_threads),
         )
 
     @property

@@ -26,7 +26,7 @@ from realtime_engine.codec.streaming import StreamingDecoder
 from realtime_engine.engines.base import ChunkingParams
 from realtime_engine.format import CODEBOOK_SIZE
 from realtime_engine.talker.codec_slots import CodecSlots
-from realtime_engine.talker.slot_codec import ChunkPlan, SlotCodec
+from realtime_engine.talker.slot_codec import LISTENER_LOW_WATER_S, ChunkPlan, SlotCodec
 
 SLOTS = 4
 POSITIONS = 96
@@ -79,9 +79,9 @@ class Harness:
         self.table[s.slot, s.base + first : s.base + last] = torch.from_numpy(rows[first:last])
         self.codec.advance(key, last, final)
 
-    def step(self) -> list[ChunkPlan]:
+    def step(self, now: float | None = None) -> list[ChunkPlan]:
         self.codec.feed(self.table)
-        plans = self.codec.due()
+        plans = self.codec.due(now)
         assert len({p.key for p in plans}) == len(plans)  # one chunk per request per step
         for batch in self.codec.batches(plans):
             pcm = self.codec.decode(batch).numpy()
@@ -104,21 +104,27 @@ class Harness:
         return np.concatenate([c[1] for c in chunks])
 
 
-def run(h: Harness, rows: list[np.ndarray], groups: list[int]) -> list[str]:
+def run(
+    h: Harness, rows: list[np.ndarray], groups: list[int], step_s: list[float] | None = None
+) -> list[str]:
     """Feed each utterance's rows in ``groups``-sized steps, all requests side by side;
-    the end is known with the last row (the talker's done flag comes with it)."""
+    the end is known with the last row (the talker's done flag comes with it).
+    ``step_s``: the seconds each step takes, in turn (None: no clock is given)."""
     keys = [f"r{i}" for i in range(len(rows))]
     written = [0] * len(rows)
     step = 0
+    now = 0.0
     while any(w < len(r) for w, r in zip(written, rows, strict=True)):
         for i, r in enumerate(rows):
             n = min(len(r), written[i] + groups[(step + i) % len(groups)])
             if n > written[i] or step == 0:
                 h.write(keys[i], r, written[i], n, n == len(r))
                 written[i] = n
-        h.step()
+        h.step(None if step_s is None else now)
+        if step_s is not None:
+            now += step_s[step % len(step_s)]
         step += 1
-    h.step()
+    h.step(None if step_s is None else now)
     return keys
 
 
@@ -181,6 +187,66 @@ def test_one_row_per_step_gives_the_streaming_decoders_chunks(
         assert [c.size for c in got] == [c.size for c in expected]
         if got:
             assert peak_error(np.concatenate(got), np.concatenate(expected)) <= 1e-5
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    frames=st.lists(st.integers(0, 40), min_size=1, max_size=3),
+    groups=st.lists(st.integers(1, 4), min_size=1, max_size=20),
+    step_s=st.lists(st.floats(0.0, 0.3), min_size=1, max_size=20),
+)
+def test_early_chunks_to_listeners_running_dry_keep_the_audio_exact(
+    codec: CodecDecoder, frames: list[int], groups: list[int], step_s: list[float]
+) -> None:
+    """A talker slower than the schedule assumes (steps up to 0.3 s for a 40 ms
+    frame) gets chunks cut early, of any size: the audio is still the whole
+    decode, contiguous, each request at most one chunk per step."""
+    h = Harness(codec)
+    rows = [talker_rows(n, seed) for seed, n in enumerate(frames)]
+    for i in range(len(rows)):
+        h.open(f"r{i}", i, 2 * i, get_preset("exact"))
+    for key, r in zip(run(h, rows, groups, step_s), rows, strict=True):
+        assert peak_error(h.audio(key), offline(codec, r)) <= 1e-5
+
+
+def test_a_listener_at_the_low_water_gets_what_is_committed_at_once(codec: CodecDecoder) -> None:
+    exact = get_preset("exact")  # first chunk 4 frames (160 ms), then 6, holdback 10
+    rows = talker_rows(40, 5)
+    slow, clockless = Harness(codec), Harness(codec)
+    for h in (slow, clockless):
+        h.open("s", 0, 0, exact)
+        h.write("s", rows, 0, 21, False)  # 14 frames: the first chunk is committed
+    assert [p.emit for p in slow.step(now=10.0)] == [4]
+    assert [p.emit for p in clockless.step()] == [4]
+    # The talker is slow: one row comes 5 ms before the listener's 160 ms
+    # would be down to the low water, then one 30 ms after.
+    first_row_at = 10.0 + 0.160 - LISTENER_LOW_WATER_S
+    for h in (slow, clockless):
+        h.write("s", rows, 21, 22, False)
+    assert slow.step(now=first_row_at - 0.005) == []  # the schedule waits for 6 frames
+    for h in (slow, clockless):
+        h.write("s", rows, 22, 23, False)
+    assert [(p.first_frame, p.emit) for p in slow.step(now=first_row_at + 0.030)] == [(4, 2)]
+    assert clockless.step() == []  # without a clock, only the schedule counts
+    # 240 ms sent, 50 ms played: the listener holds 190 ms, nothing is due
+    slow.write("s", rows, 23, 24, False)
+    assert slow.step(now=10.05) == []
+    slow.write("s", rows, 24, len(rows), True)
+    slow.step(now=11.0)
+    assert peak_error(slow.audio("s"), offline(codec, rows)) <= 1e-5
+
+
+def test_nothing_committed_is_looked_at_again_until_it_is(codec: CodecDecoder) -> None:
+    h = Harness(codec)
+    rows = talker_rows(30, 6)
+    h.open("w", 1, 0, get_preset("exact"))
+    h.write("w", rows, 0, 21, False)
+    assert [p.emit for p in h.step(now=0.0)] == [4]
+    # dry already, but the next frame needs its 10 frames of right context
+    assert h.step(now=1.0) == []
+    assert h.step(now=1.1) == []
+    h.write("w", rows, 21, 22, False)
+    assert [(p.first_frame, p.emit) for p in h.step(now=1.2)] == [(4, 1)]
 
 
 def test_a_reused_slot_and_a_moved_stream_leak_nothing(codec: CodecDecoder) -> None:

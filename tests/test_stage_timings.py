@@ -6,10 +6,10 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -25,6 +25,7 @@ from gateway.app import create_app
 from gateway.metrics import EngineStatsSampler, GatewayMetrics, batch_bucket
 from gateway.realtime import contexts
 from gateway.realtime.contexts import ENGINE_STAGES, ContextStats
+from gateway.realtime.encode_pool import EncodePool
 from gateway.settings import GatewaySettings
 from realtime_engine.audio.encoder import AudioEncoder, EncodedFrame
 from realtime_engine.engines.base import ChunkingParams, SegmentRequest, SegmentTimings
@@ -36,6 +37,8 @@ from realtime_engine.talker.types import PcmChunk, TalkerRequest, TalkerSampling
 
 STAGE_ORDER = ["queue", "prefill", "first_row", "first_frame_row", "first_chunk", "encoded", "ttfa"]
 STAGE_FIELDS = [f"{name}_ms" for name in STAGE_ORDER]
+
+T = TypeVar("T")
 
 
 # --------------------------------------------------------------------------- the record
@@ -394,16 +397,19 @@ async def test_the_reference_runner_stamps_row_zero_and_the_row_completing_frame
     assert submitted < timings.prefilled <= timings.first_row < timings.first_frame_row < received
 
 
-class RecordingPool(ThreadPoolExecutor):
-    """The gateway's encode pool, noting where each stream's timeline stood at each hand-over."""
+class RecordingPool(EncodePool):
+    """The gateway's encode pool, noting where each stream's timeline stood at each
+    hand-over and the deadline it was given."""
 
     def __init__(self) -> None:
-        super().__init__(max_workers=1)
+        super().__init__(threads=1)
         self.pts_at_submit: list[int] = []
+        self.deadlines: list[float] = []
 
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+    def submit(self, deadline: float, fn: Callable[..., T], /, *args: Any) -> Future[T]:
         self.pts_at_submit.append(fn.__self__.next_pts_ms)  # type: ignore[attr-defined]
-        return super().submit(fn, *args, **kwargs)
+        self.deadlines.append(deadline)
+        return super().submit(deadline, fn, *args)
 
 
 def speak_opus_through_a_recording_pool(
@@ -426,6 +432,12 @@ def test_first_audio_is_encoded_on_the_loop_and_later_chunks_on_the_pool() -> No
     assert len(pool.pts_at_submit) >= 3
     assert all(pts > 0 for pts in pool.pts_at_submit), pool.pts_at_submit
     assert_ordered(metrics, ["first_chunk", "encoded", "ttfa"])
+    # Each hand-over's deadline is when the listener would run dry: the
+    # first packet's departure plus the audio queued before it, so it moves
+    # on by exactly the audio queued in between.
+    gaps_s = np.diff(pool.deadlines)
+    queued_s = np.diff(pool.pts_at_submit) / 1000
+    np.testing.assert_allclose(gaps_s, queued_s, atol=1e-3)
 
 
 def test_a_first_chunk_longer_than_a_second_is_encoded_on_the_pool() -> None:

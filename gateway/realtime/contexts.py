@@ -13,7 +13,6 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from concurrent.futures import Executor
 
 import numpy as np
 
@@ -31,6 +30,7 @@ from gateway.protocol import (
 from gateway.protocol.audio_delta import AudioDeltaWriter
 from gateway.realtime.context_stats import ENGINE_STAGES as ENGINE_STAGES
 from gateway.realtime.context_stats import ContextStats
+from gateway.realtime.encode_pool import EncodePool
 from gateway.realtime.engine_wait import next_chunk_or_stall
 from gateway.realtime.outbound import (
     OutAudio,
@@ -107,7 +107,7 @@ class ContextWorker:
         *,
         max_lead_s: float,
         encode_inline_max_ms: float,
-        encode_pool: Executor | None = None,
+        encode_pool: EncodePool | None = None,
         stall_timeout_s: float = 60.0,
         on_closed: Callable[[ContextWorker, str], None],
         on_queue_change: Callable[[int], None] = lambda delta: None,
@@ -126,7 +126,7 @@ class ContextWorker:
         self._out = outbound
         self._max_lead_s = max_lead_s
         self._encode_inline_max_ms = encode_inline_max_ms
-        self._encode_pool = encode_pool  # None: the event loop's default executor
+        self._encode_pool = encode_pool  # None: long chunks are encoded inline too
         self._stall_timeout_s = stall_timeout_s
         self._on_closed = on_closed
         self._on_queue_change = on_queue_change
@@ -405,15 +405,23 @@ class ContextWorker:
         # every session's loop.)
         inline_first = first_audio and chunk_ms <= FIRST_CHUNK_INLINE_MAX_MS
         if (
-            chunk_ms > self._encode_inline_max_ms
+            self._encode_pool is not None
+            and chunk_ms > self._encode_inline_max_ms
             and self._encoder.worth_offloading
             and not inline_first
         ):
-            # run_in_executor rather than to_thread: encoding needs no copy of
-            # the context variables, and this runs for every chunk.
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._encode_pool, self._encoder.feed, chunk)
+            job = self._encode_pool.submit(self.playback_deadline(), self._encoder.feed, chunk)
+            return await asyncio.wrap_future(job)
         return self._encoder.feed(chunk)
+
+    def playback_deadline(self) -> float:
+        """When this context's listener runs out of audio (``perf_counter`` time):
+        its first packet's departure plus the audio queued so far; now, before
+        the first packet has left."""
+        first = self.stats.first_sent_at
+        if first is None:
+            return time.perf_counter()
+        return first + self._out_samples / self._out_rate
 
     def _restart_encoder(self) -> list[EncodedFrame]:
         """Push out everything buffered (a flush) and keep the timeline continuous."""

@@ -100,8 +100,11 @@ class ReferenceAudio:
                 timings.first_frame_row = now
         self.codec.advance(request.request_id, rows, final)
 
-    def decode_due(self) -> tuple[list[tuple[str, PcmChunk]], list[tuple[str, Exception]]]:
-        """Chunks now due, per request key, in order; and the keys whose decode failed."""
+    def decode_due(
+        self, now: float | None = None
+    ) -> tuple[list[tuple[str, PcmChunk]], list[tuple[str, Exception]]]:
+        """Chunks now due, per request key, in order; and the keys whose decode failed.
+        ``now``: the time, for early chunks to listeners running dry (:meth:`SlotCodec.due`)."""
         chunks: list[tuple[str, PcmChunk]] = []
         failed: list[tuple[str, Exception]] = []
         try:
@@ -111,7 +114,7 @@ class ReferenceAudio:
             for key in self.codec.active():
                 self.codec.detach(key)
             return chunks, failed
-        plans = self.codec.due()
+        plans = self.codec.due(now)
         hop = self.codec.hop
         for batch in self.codec.batches(plans):
             try:

@@ -376,7 +376,7 @@ class ReferenceRunner:
         """Decode the chunks now due and hand them to their consumers."""
         if self._audio is None:
             return
-        chunks, failed = self._audio.decode_due()
+        chunks, failed = self._audio.decode_due(time.perf_counter())
         with self._lock:
             for key, chunk in chunks:
                 stream = self._active.get(key)

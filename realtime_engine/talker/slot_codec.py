@@ -12,7 +12,11 @@ counts alone, and drives the streaming codec of
   computed once, with all of the utterance's left context.
 - :meth:`SlotCodec.due` plans the chunks now due (the chunk schedule of each
   request's :class:`~realtime_engine.format.ChunkingParams`, as in
-  :class:`~realtime_engine.codec.streaming.StreamingDecoder`).
+  :class:`~realtime_engine.codec.streaming.StreamingDecoder`). Given the
+  time, it also sends early what a request has committed once its listener
+  is about to run dry (:data:`LISTENER_LOW_WATER_S`): the schedule assumes
+  the talker runs ``chunk_growth`` times faster than real time, and under
+  load it may not.
 - :meth:`SlotCodec.decode` cuts them out of the committed samples, completing
   a chunk's right edge speculatively where its holdback is under the codec's
   receptive field, and at the end of an utterance.
@@ -22,6 +26,8 @@ No code row reaches the host, and nothing here reads a device value back.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -30,8 +36,15 @@ import torch
 
 from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.presets import next_chunk_frames, validate_chunking
-from realtime_engine.format import DEFAULT_CODEC_KERNELS, DELAY_ROWS, ChunkingParams
+from realtime_engine.format import DEFAULT_CODEC_KERNELS, DELAY_ROWS, SAMPLE_RATE, ChunkingParams
 from realtime_engine.talker.codec_slots import CodecSlots
+
+# Audio a listener should still hold when a request's next chunk is planned.
+# Below it, whatever is committed goes out now instead of waiting for the
+# schedule's next size. It covers the way out (the codec behind the current
+# step, the copy, the gateway's Opus framing of up to 60 ms) and one step of
+# lateness in noticing.
+LISTENER_LOW_WATER_S = 0.15
 
 
 @dataclass
@@ -52,6 +65,9 @@ class SlotStream:
     # Rows at which the next chunk is due (kept so that a step with nothing due
     # costs a comparison per request, not a plan).
     next_rows: int = 0
+    # When the first chunk was planned (the time given to :meth:`SlotCodec.due`):
+    # the listener's playback clock starts about then.
+    first_planned_at: float | None = None
 
     def __post_init__(self) -> None:
         self.next_rows = self.rows_for_next_chunk()
@@ -104,6 +120,11 @@ class SlotCodec:
         # Slots of new streams whose codec state is still to be cleared: one
         # batched reset before the codec next runs, not one per admission.
         self._resets: dict[int, None] = {}
+        # (time the listener's audio falls to the low water, tiebreak, key,
+        # frames emitted then): stale entries are skipped when popped.
+        self._low_water: list[tuple[float, int, str, int]] = []
+        self._tiebreak = itertools.count()
+        self.frame_s = self.hop / SAMPLE_RATE
 
     def warm_up(self) -> None:
         self.device_codec.warm_up()
@@ -205,20 +226,48 @@ class SlotCodec:
 
     # -- planning ----------------------------------------------------------------
 
-    def due(self) -> list[ChunkPlan]:
+    def due(self, now: float | None = None) -> list[ChunkPlan]:
         """Every chunk now due, at most one per request; a final chunk may be empty
-        (it only tells the consumer that the audio ended). Call after :meth:`feed`."""
+        (it only tells the consumer that the audio ended). Call after :meth:`feed`.
+
+        ``now`` (seconds, any monotonic clock): also plan, whatever its size,
+        the committed audio of every request whose listener is down to
+        :data:`LISTENER_LOW_WATER_S`. None: the chunk schedule alone."""
+        urgent = self._running_dry(now) if now is not None else set()
         plans = []
-        for key in sorted(self._ready):
+        for key in sorted(self._ready | urgent):
             stream = self._streams[key]
-            plan = self._plan(stream)
+            plan = self._plan(stream, urgent=key in urgent)
             if plan is not None:
                 plans.append(plan)
+                if now is not None and plan.emit > 0:
+                    self._watch(stream, now)
+            elif key in urgent:  # nothing committed yet: look again next time
+                self._watch(stream, now)
             stream.next_rows = stream.rows_for_next_chunk()
         self._ready.clear()
         return plans
 
-    def _plan(self, s: SlotStream) -> ChunkPlan | None:
+    def _watch(self, stream: SlotStream, now: float | None) -> None:
+        if now is None or stream.ended:
+            return
+        if stream.first_planned_at is None:
+            stream.first_planned_at = now
+        low = stream.first_planned_at + stream.emitted * self.frame_s - LISTENER_LOW_WATER_S
+        heapq.heappush(self._low_water, (low, next(self._tiebreak), stream.key, stream.emitted))
+
+    def _running_dry(self, now: float) -> set[str]:
+        """Keys of the requests whose listener is at the low water by ``now``."""
+        urgent: set[str] = set()
+        heap = self._low_water
+        while heap and heap[0][0] <= now:
+            _, _, key, emitted = heapq.heappop(heap)
+            stream = self._streams.get(key)
+            if stream is not None and not stream.ended and stream.emitted == emitted:
+                urgent.add(key)
+        return urgent
+
+    def _plan(self, s: SlotStream, urgent: bool = False) -> ChunkPlan | None:
         if s.ended:
             return None
         p = s.chunking
@@ -226,7 +275,9 @@ class SlotCodec:
         holdback = 0 if s.final else p.right_holdback_frames
         target = available - holdback
         pending = target - s.emitted
-        if not s.final and (pending <= 0 or pending < next_chunk_frames(p, s.emitted)):
+        if not s.final and (
+            pending <= 0 or (not urgent and pending < next_chunk_frames(p, s.emitted))
+        ):
             return None
         if s.final:
             s.ended = True

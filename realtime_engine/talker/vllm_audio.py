@@ -226,7 +226,7 @@ class VllmAudio:
         except Exception as e:  # a codec failure fails its requests, not the engine
             self._fail_keys(self.codec.active(), e)
             return
-        plans = self.codec.due()
+        plans = self.codec.due(time.perf_counter())
         for batch in self.codec.batches(plans):
             try:
                 self._decode(batch)

@@ -27,17 +27,40 @@ def test_kernels_are_sorted_into_kinds(name: str, kind: str) -> None:
 
 def test_device_time_sums_by_kind_over_the_span() -> None:
     events = [
-        {"ph": "X", "cat": "kernel", "name": "nvjet_gemm", "ts": 0.0, "dur": 600.0},
-        {"ph": "X", "cat": "kernel", "name": "flash_fwd", "ts": 600.0, "dur": 300.0},
-        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH", "ts": 950.0, "dur": 50.0},
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "nvjet_gemm",
+            "ts": 0.0,
+            "dur": 600.0,
+            "args": {"stream": 7},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "flash_fwd",
+            "ts": 600.0,
+            "dur": 300.0,
+            "args": {"stream": 7},
+        },
+        {
+            "ph": "X",
+            "cat": "gpu_memcpy",
+            "name": "Memcpy DtoH",
+            "ts": 950.0,
+            "dur": 50.0,
+            "args": {"stream": 21},
+        },
         {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0.0, "dur": 5000.0},  # host
     ]
     summary = device_time(events)
     assert summary["span_us"] == 1000.0
     assert summary["busy_us"] == 950.0
     assert summary["by_kind"] == {"gemm": 600.0, "attention": 300.0, "copy / fill": 50.0}
+    assert summary["by_stream"] == {"7": 900.0, "21": 50.0}  # the codec's stream apart
     text = device_report(summary, steps=2)
     assert "gemm | 0.6 | 0.30 | 63.2%" in text
+    assert "21 | 0.1 | 5.3% | 5%" in text
     assert summary["top"][0] == ("nvjet_gemm", 600.0)
 
 

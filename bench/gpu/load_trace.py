@@ -50,25 +50,30 @@ def kernel_kind(name: str) -> str:
 
 
 def device_time(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """Device time (µs) by kernel kind and the 20 costliest kernels, over the
-    trace's device span."""
+    """Device time (µs) by kernel kind, by CUDA stream (the codec runs on a
+    stream of its own, so its share is its stream's) and the 20 costliest
+    kernels, over the trace's device span."""
     device = [e for e in events if e.get("cat") in {"kernel", "gpu_memcpy", "gpu_memset"}]
     if not device:
-        return {"span_us": 0.0, "busy_us": 0.0, "by_kind": {}, "top": []}
+        return {"span_us": 0.0, "busy_us": 0.0, "by_kind": {}, "by_stream": {}, "top": []}
     start = min(e["ts"] for e in device)
     end = max(e["ts"] + e.get("dur", 0.0) for e in device)
     by_kind: dict[str, float] = {}
+    by_stream: dict[str, float] = {}
     by_name: dict[str, float] = {}
     for e in device:
         dur = float(e.get("dur", 0.0))
         kind, name = kernel_kind(str(e.get("name", ""))), str(e.get("name", ""))[:90]
+        stream = str(e.get("args", {}).get("stream", "?"))
         by_kind[kind] = by_kind.get(kind, 0.0) + dur
+        by_stream[stream] = by_stream.get(stream, 0.0) + dur
         by_name[name] = by_name.get(name, 0.0) + dur
     busy = sum(by_kind.values())
     return {
         "span_us": round(end - start, 1),
         "busy_us": round(busy, 1),
         "by_kind": {k: round(v, 1) for k, v in _costliest(by_kind)},
+        "by_stream": {k: round(v, 1) for k, v in _costliest(by_stream)},
         "top": [(k, round(v, 1)) for k, v in _costliest(by_name)[:20]],
     }
 
@@ -87,9 +92,21 @@ def device_report(summary: dict[str, Any], steps: int) -> str:
     for kind, us in summary["by_kind"].items():
         share = us / busy if busy else 0.0
         lines.append(f"{kind} | {us / 1e3:.1f} | {us / 1e3 / max(steps, 1):.2f} | {share:.1%}")
+    lines.append("CUDA stream | ms in all | share of kernel time | kernel time / span")
+    for stream, us in summary.get("by_stream", {}).items():
+        share = us / busy if busy else 0.0
+        lines.append(f"{stream} | {us / 1e3:.1f} | {share:.1%} | {us / span if span else 0.0:.0%}")
     lines.append("costliest kernels (ms in all):")
     lines += [f"  {us / 1e3:8.1f}  {name}" for name, us in summary["top"]]
     return "\n".join(lines) + "\n"
+
+
+def summarise(trace: Path) -> tuple[dict[str, Any], str]:
+    """The device-time summary of a trace and its report (kinds, streams, steps)."""
+    events = load_trace(trace)
+    rows = step_gaps(events)
+    summary = device_time(events)
+    return summary, device_report(summary, len(rows) + 1) + "\n" + report(rows)
 
 
 async def _stream_forever(
@@ -175,11 +192,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         for f in sorted(trace_dir.rglob("*")):
             if f.is_file():
                 tar.add(f, arcname=f.name)
-    events = load_trace(tar_path)
-    rows = step_gaps(events)
-    summary = device_time(events)
+    summary, text = summarise(tar_path)
     out["device"] = summary
-    text = device_report(summary, len(rows) + 1) + "\n" + report(rows)
     (Path(args.out) / "load_trace.txt").write_text(text)
     print(text, flush=True)
     return out
@@ -196,7 +210,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--measure-s", type=float, default=10.0)
     ap.add_argument("--profile-s", type=float, default=1.0)
     ap.add_argument("--engine-args", default="{}", help="extra vLLM engine arguments as JSON")
+    ap.add_argument(
+        "--from-trace",
+        type=Path,
+        help="only summarise this load_trace.tar.gz (no GPU): print the report",
+    )
     args = ap.parse_args(argv)
+    if args.from_trace is not None:
+        print(summarise(args.from_trace)[1], end="")
+        return 0
     Path(args.out).mkdir(parents=True, exist_ok=True)
     report_ = asyncio.run(run(args))
     (Path(args.out) / "load_trace.json").write_text(json.dumps(report_, indent=2))

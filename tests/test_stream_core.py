@@ -24,6 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from realtime_engine.codec.dac import ResidualUnit, Snake1d
 from realtime_engine.codec.decoder import CodecDecoder, load_codec_decoder
 from realtime_engine.codec.delay import apply_delay
 from realtime_engine.codec.errors import CodecInputError
@@ -375,3 +376,43 @@ def test_fused_activations_give_the_eager_stream() -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert float(done.stdout.strip().splitlines()[-1]) < 1e-5
+
+
+def _codec_with_alphas(codec32: CodecDecoder, seed: int) -> CodecDecoder:
+    """``codec32`` with every activation's ``alpha`` drawn from ±[0.2, 3] (signs
+    mixed), and one residual unit's second activation with a channel near zero."""
+    codec = copy.deepcopy(codec32)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for module in codec.modules():
+            if isinstance(module, Snake1d):
+                size = module.alpha.shape
+                sign = torch.where(torch.rand(size, generator=g) < 0.3, -1.0, 1.0)
+                module.alpha.copy_(sign * (0.2 + 2.8 * torch.rand(size, generator=g)))
+        first_unit = codec.acoustic_decoder.block[0].res_unit1
+        first_unit.snake2.alpha[0, 0, 0] = 1e-5
+    return codec
+
+
+@settings(max_examples=8, deadline=None)
+@given(grouping=groupings(), seed=st.integers(0, 2**16))
+def test_folded_activations_keep_the_stream_the_whole_decode(
+    codec32: CodecDecoder, grouping: tuple[int, list[int]], seed: int
+) -> None:
+    """Each residual unit's second Snake folded into its convolutions (float32):
+    still the whole decode, computed without folding in float64, to float32
+    rounding; a unit whose ``alpha`` comes near zero keeps its activation."""
+    codec = _codec_with_alphas(codec32, seed)
+    frames, groups = grouping
+    codes = random_codes(frames, seed)
+    core = StreamingCodec(codec, 2)
+    units = [m for m in codec.modules() if isinstance(m, ResidualUnit)]
+    folded = [core.layers.folded_unit(unit) is not None for unit in units]
+    assert folded == [False] + [True] * (len(units) - 1)
+    exact = copy.deepcopy(codec).double()
+    exact_layers = StreamingCodec(exact, 1).layers
+    assert all(
+        exact_layers.folded_unit(m) is None for m in exact.modules() if isinstance(m, ResidualUnit)
+    )
+    out = streamed(core, 1, codes, groups)
+    assert rel(out, whole(exact, codes)) < FP32_ROUNDING

@@ -36,6 +36,39 @@ from realtime_engine.codec.fused import fused_snake
 
 State = list[torch.Tensor]  # one [B, C, L] tensor per cached buffer, in layer order
 
+# Below this |alpha|, a residual unit keeps its second activation as it is:
+# folding divides by alpha, and Snake's own 1e-9 guard would then differ.
+_MIN_FOLDED_ALPHA = 1e-3
+
+
+@dataclass(frozen=True)
+class _FoldedUnit:
+    """A residual unit's ``conv1`` scaled by its second activation's ``alpha``
+    and ``conv2`` by ``1 / alpha`` (:meth:`CausalDac.folded_unit`)."""
+
+    device: torch.device
+    dtype: torch.dtype
+    weight1: torch.Tensor
+    bias1: torch.Tensor | None
+    weight2: torch.Tensor
+
+    @classmethod
+    def of(cls, unit: ResidualUnit) -> _FoldedUnit:
+        with torch.no_grad():
+            alpha = unit.snake2.alpha.detach()
+            a = alpha.reshape(-1)
+            conv1, conv2 = unit.conv1, unit.conv2
+            return cls(
+                device=alpha.device,
+                dtype=alpha.dtype,
+                weight1=conv1.weight.detach() * a[:, None, None],
+                bias1=None if conv1.bias is None else conv1.bias.detach() * a,
+                weight2=conv2.weight.detach() * torch.reciprocal(a)[None, :, None],
+            )
+
+    def matches(self, alpha: torch.Tensor) -> bool:
+        return self.device == alpha.device and self.dtype == alpha.dtype
+
 
 @dataclass(frozen=True)
 class BufferSpec:
@@ -70,6 +103,17 @@ class CausalDac:
         self.fused = fused
         # 1 / alpha per activation, by module
         self._inverses: dict[int, torch.Tensor] = {}
+        # each residual unit's convolutions with its second activation folded in
+        self._folded: dict[int, _FoldedUnit] = {}
+        self._foldable = {
+            id(unit): self._may_fold(unit) for block in _blocks(dac) for unit in _units(block)
+        }
+        # Computed now, eagerly: made first inside a CUDA graph's capture, they
+        # would hold nothing until the graph's first replay.
+        for block in _blocks(dac):
+            for unit in _units(block):
+                if self._foldable[id(unit)] and not unit.snake2.alpha.is_meta:
+                    self._folded[id(unit)] = _FoldedUnit.of(unit)
         specs: list[BufferSpec] = []
         # per layer output, in order: (stride, lead) of an upsampling layer
         # or (1, -reach) of a conv, for cutting the tail short (see tail()).
@@ -123,6 +167,41 @@ class CausalDac:
             return fused_snake(x, snake.alpha)
         s = torch.sin(snake.alpha * x)
         return torch.addcmul(x, s, s * self._inverse(snake))
+
+    def folded_unit(self, unit: ResidualUnit) -> _FoldedUnit | None:
+        """The unit's convolutions with its second activation's ``alpha`` folded
+        in, or None where that is not exact enough: the fused activations, an
+        ``alpha`` within ``_MIN_FOLDED_ALPHA`` of zero, and float64 (folding
+        drops Snake's ``1e-9`` guard, a relative change of ``1e-9 / alpha``:
+        under float32's resolution, not under float64's, which checks the
+        streaming arithmetic itself).
+
+        The second Snake's input is ``conv1``'s output ``c`` and its output
+        feeds only the 1×1 ``conv2``, so with ``z = alpha c`` (``conv1``'s
+        weights and bias times ``alpha``) the pair is ``conv2`` with its input
+        channels times ``1 / alpha`` applied to ``z + sin(z)^2``: no
+        broadcast multiply left, which on CUDA runs at a fraction of a
+        contiguous pass's speed (RESULTS.md section 14). Nothing cached
+        changes: ``conv1``'s output is never part of the state. Never reads
+        a device value (the step is captured as a CUDA graph)."""
+        alpha = unit.snake2.alpha
+        if not self._foldable.get(id(unit), False) or alpha.dtype == torch.float64:
+            return None
+        cached = self._folded.get(id(unit))
+        if cached is None or not cached.matches(alpha):
+            cached = _FoldedUnit.of(unit)
+            self._folded[id(unit)] = cached
+        return cached
+
+    def _may_fold(self, unit: ResidualUnit) -> bool:
+        """Whether ``unit``'s second activation may be folded (one host read of
+        its ``alpha``, at construction; assumed so on the meta device)."""
+        if self.fused:
+            return False
+        alpha = unit.snake2.alpha.detach()
+        if alpha.is_meta:
+            return True
+        return bool((alpha.abs() >= _MIN_FOLDED_ALPHA).all())
 
     def _inverse(self, snake: Snake1d) -> torch.Tensor:
         """``1 / alpha``, computed when first needed on the parameter's device and
@@ -307,7 +386,15 @@ class _Pass:
 
     def _residual(self, unit: ResidualUnit, x: torch.Tensor) -> torch.Tensor:
         act = self.net.activation
-        branch = unit.conv2(act(unit.snake2, self._conv_unmasked(unit.conv1, act(unit.snake1, x))))
+        folded = self.net.folded_unit(unit)
+        if folded is None:
+            branch = unit.conv2(
+                act(unit.snake2, self._conv_unmasked(unit.conv1, act(unit.snake1, x)))
+            )
+        else:
+            z = self._conv_unmasked(unit.conv1, act(unit.snake1, x), folded.weight1, folded.bias1)
+            s = torch.sin(z)
+            branch = F.conv1d(torch.addcmul(z, s, s), folded.weight2, unit.conv2.bias)
         cache = self._cached()  # the skip path's last ``lag`` inputs
         lag, n = cache.shape[-1], x.shape[-1]
         x = x.to(cache.dtype)
@@ -321,9 +408,16 @@ class _Pass:
         branch[..., lag:] += x[..., : branch.shape[-1] - lag]
         return self._mask(branch)
 
-    def _conv_unmasked(self, conv: nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
+    def _conv_unmasked(
+        self,
+        conv: nn.Conv1d,
+        x: torch.Tensor,
+        weight: torch.Tensor | None = None,
+        bias: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Causal conv over [cache, x]; on the tail, right zero padding too.
-        Outputs before the utterance's start are junk until masked."""
+        Outputs before the utterance's start are junk until masked.
+        ``weight``: instead of the layer's own (then ``bias`` too)."""
         delay = _conv_delay(conv)
         cache = self._cached()
         x = x.to(cache.dtype)
@@ -333,4 +427,6 @@ class _Pass:
         full = torch.cat(parts, dim=-1)
         self.new.append(full[..., full.shape[-1] - cache.shape[-1] :])
         self.delay += delay
-        return F.conv1d(full, conv.weight, conv.bias, dilation=conv.dilation)
+        if weight is None:
+            weight, bias = conv.weight, conv.bias
+        return F.conv1d(full, weight, bias, dilation=conv.dilation)

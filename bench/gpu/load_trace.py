@@ -165,6 +165,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     try:
         await asyncio.sleep(args.warm_s)
+        print("measuring", flush=True)  # run_h200.sh profiles the engine core from here
         stats["measuring"] = True
         t = time.perf_counter()
         await asyncio.sleep(args.measure_s)

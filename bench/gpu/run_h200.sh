@@ -31,6 +31,9 @@
 #   PROFILE_LEVELS [256]  PROFILE_S [10]: py-spy profiles of the gateway and engine-core processes,
 #   taken PROFILE_S seconds into the measured window of these sweep levels (pyspy_*.txt)
 #   CLIENT_PROCS [4]  STREAMS_PER_CLIENT [64]: a sweep level runs ceil(c / 64) bench clients, at most 4
+#   LOAD_TRACE ["": off]: after the sweep, the engine alone at this concurrency (bench.gpu.load_trace:
+#   audio-s/s without gateway or clients, a 1 s torch-profiler trace) with a py-spy profile of its
+#   engine core for PROFILE_S seconds, to set beside the served level's (~120 s)
 #   RUN_TAG [$PHASE]: names $WORK/results_<tag>, summary_<tag>.md, h200_<tag>.tar.gz
 #   FALLBACK [1]: when the vLLM talker does not start, serve the reference talker and measure a little
 #   LOCAL [0]: 1 = no kit site, no wheels, no plugin dist-info (a CPU machine with the project's venv)
@@ -75,6 +78,7 @@ PEER_PROFILE=${PEER_PROFILE:-high_throughput}
 PEER_START_TIMEOUT=${PEER_START_TIMEOUT:-420}
 FALLBACK=${FALLBACK:-1}
 PROFILE_LEVELS=${PROFILE_LEVELS-256}
+LOAD_TRACE=${LOAD_TRACE:-}
 PROFILE_S=${PROFILE_S:-10}
 CLIENT_PROCS=${CLIENT_PROCS:-4}
 STREAMS_PER_CLIENT=${STREAMS_PER_CLIENT:-64}
@@ -465,6 +469,34 @@ profile_level() {
   wait
 }
 
+# load_trace C: the engine alone at concurrency C (no gateway, no clients), with a py-spy
+# profile of its engine core over its measured window
+load_trace() {
+  local c=$1 t spy=$PYSPY p=
+  t=$(date +%s)
+  fits load_trace 120 || return 0
+  [ -x "$spy" ] || spy=$(command -v py-spy) || spy=
+  LOG=$RES/load_trace.log
+  run_bg timeout -k 5 "$(( $(left) - 5 ))" env "${GW_ENV[@]}" VLLM_USE_V2_MODEL_RUNNER=1 "$PY" \
+    -m bench.gpu.load_trace --concurrency "$c" --model "$MODEL" --work "$WORK" --out "$RES/load_trace"
+  [ "$DRY_RUN" = 1 ] && return 0
+  for _ in $(seq 1 300); do   # it prints "measuring" when its measured window opens
+    grep -q "^measuring" "$LOG" 2>/dev/null && break
+    kill -0 "$SERVER_PID" 2>/dev/null || break
+    sleep 1
+  done
+  p=$(pgrep -n "^VLLM" 2>/dev/null) || p=
+  if [ -n "$spy" ] && [ -n "$p" ]; then
+    timeout $(( PROFILE_S + 20 )) "$spy" record --nonblocking --format raw --rate 200 \
+      --duration "$PROFILE_S" --threads --pid "$p" --output "$RES/pyspy_load_trace_engine_$p.txt" \
+      > "$RES/pyspy_load_trace_engine_$p.log" 2>&1
+  fi
+  local rc=0
+  wait "$SERVER_PID" || rc=$?
+  SERVER_PID=
+  step_log load_trace "$([ $rc = 0 ] && echo ok || echo "rc=$rc")" "$(( $(date +%s) - t ))" "c=$c"
+}
+
 merge() {  # merge NAME PART...
   local name=$1; shift
   run_to "$RES/merge_$name.log" env PYTHONPATH="$GW_PYTHONPATH" "$PY" -m bench.gpu.report merge "$RES" "$name" "$@"
@@ -517,6 +549,7 @@ gateway_phase() {
     fi
     SCRAPE=
     stop_server
+    [ -z "$LOAD_TRACE" ] || load_trace "$LOAD_TRACE"
   elif [ "$FALLBACK" = 1 ] && [ "$TALKER" != reference ] && [ "$(left)" -gt 200 ]; then
     say "the $TALKER talker did not start: measuring the reference talker instead"
     if start_gateway reference; then

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from gateway.auth import ANONYMOUS, Authenticator
+from gateway.encode_pool import EncodePool
 from gateway.metrics import GatewayMetrics
 from gateway.protocol import ErrorDetail
-from gateway.realtime.encode_pool import EncodePool
 from gateway.settings import GatewaySettings
 from realtime_engine.engines.base import SpeechEngine, UnsupportedVoiceError, VoiceReference
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.realtime.encode_pool import DeadlineQueue, EncodePool, PoolShutDownError
+from gateway.encode_pool import DeadlineQueue, EncodePool, PoolShutDownError
 
 
 @given(st.lists(st.floats(allow_nan=False, allow_infinity=False, width=32), max_size=50))

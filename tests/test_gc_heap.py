@@ -32,7 +32,9 @@ def test_freezing_moves_survivors_out_of_full_collections(unfrozen: None) -> Non
     kept = [Node() for _ in range(1000)]
     before = len(gc.get_objects())
     frozen = freeze_startup_heap()
-    assert frozen == gc.get_freeze_count() >= 1000
+    # Other threads of this process may free frozen objects meanwhile; nothing
+    # joins the frozen generation without another freeze.
+    assert frozen >= gc.get_freeze_count() >= 1000
     # a full pass now walks only what is made after the freeze
     assert len(gc.get_objects()) < before - 1000
     assert not any(obj is kept[0] for obj in gc.get_objects())

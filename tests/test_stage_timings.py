@@ -22,10 +22,10 @@ from starlette.testclient import TestClient
 
 from bench.report import SERVER_STAGES, server_metric_summaries, stage_table
 from gateway.app import create_app
+from gateway.encode_pool import EncodePool
 from gateway.metrics import EngineStatsSampler, GatewayMetrics, batch_bucket
 from gateway.realtime import contexts
 from gateway.realtime.contexts import ENGINE_STAGES, ContextStats
-from gateway.realtime.encode_pool import EncodePool
 from gateway.settings import GatewaySettings
 from realtime_engine.audio.encoder import AudioEncoder, EncodedFrame
 from realtime_engine.engines.base import ChunkingParams, SegmentRequest, SegmentTimings

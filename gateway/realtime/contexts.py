@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import numpy as np
 
 from gateway.availability import RETRY_ENGINE_DEAD_MS
+from gateway.encode_pool import EncodePool
 from gateway.engine_health import engine_failure
 from gateway.protocol import (
     ErrorCode,
@@ -30,7 +31,6 @@ from gateway.protocol import (
 from gateway.protocol.audio_delta import AudioDeltaWriter
 from gateway.realtime.context_stats import ENGINE_STAGES as ENGINE_STAGES
 from gateway.realtime.context_stats import ContextStats
-from gateway.realtime.encode_pool import EncodePool
 from gateway.realtime.engine_wait import next_chunk_or_stall
 from gateway.realtime.outbound import (
     OutAudio,

@@ -63,3 +63,16 @@ def test_each_step_gap_is_told_with_what_ran_in_it(tmp_path: Path) -> None:
     assert "cudaGraphLaunch 3, aten::copy_ 1" in lines[1]
     assert lines[2].split(" | ")[2:4] == ["500", "0"]  # nothing ran in the second gap
     assert lines[-1] == "median over 2 steps: GPU 3500.0 µs, gap 500.0 µs, 2.0 kernels in the gap"
+
+
+def test_packed_traces_are_read_back(tmp_path: Path) -> None:
+    from bench.gpu.trace_steps import load_trace, pack_traces
+
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    big = [{"ph": "X", "cat": "kernel", "name": "k", "ts": i, "dur": 1} for i in range(3)]
+    small = [{"ph": "X", "cat": "kernel", "name": "other", "ts": 0, "dur": 1}]
+    for name, events in (("engine.pt.trace.json.gz", big), ("client.pt.trace.json.gz", small)):
+        (traces / name).write_bytes(gzip.compress(json.dumps({"traceEvents": events}).encode()))
+    tar = pack_traces(traces, tmp_path / "t.tar.gz")
+    assert load_trace(tar) == big  # the largest trace: the engine core's

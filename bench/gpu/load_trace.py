@@ -21,13 +21,12 @@ import asyncio
 import json
 import os
 import re
-import statistics
-import tarfile
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.gpu.trace_steps import load_trace, report, step_gaps
+from bench.gpu.trace_steps import load_trace, pack_traces, report, step_gaps
+from bench.stats import percentile
 
 # Kernel kinds by name, first match wins (names as the profiler records them).
 KERNEL_KINDS: tuple[tuple[str, str], ...] = (
@@ -172,10 +171,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         stats["measuring"] = False
         elapsed = time.perf_counter() - t
         out["audio_s_per_s"] = round(stats["audio_s"] / elapsed, 1)
-        firsts = sorted(stats["first_chunk_s"])
+        firsts = stats["first_chunk_s"]
         if firsts:
-            out["first_chunk_ms_p50"] = round(1e3 * statistics.median(firsts), 1)
-            out["first_chunk_ms_p90"] = round(1e3 * firsts[int(0.9 * (len(firsts) - 1))], 1)
+            out["first_chunk_ms_p50"] = round(1e3 * percentile(firsts, 50), 1)
+            out["first_chunk_ms_p90"] = round(1e3 * percentile(firsts, 90), 1)
         print(json.dumps(out), flush=True)
         engine = runner._engine
         await engine.start_profile()
@@ -188,12 +187,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await runner.close()
-    tar_path = Path(args.out) / "load_trace.tar.gz"
-    with tarfile.open(tar_path, "w:gz") as tar:
-        for f in sorted(trace_dir.rglob("*")):
-            if f.is_file():
-                tar.add(f, arcname=f.name)
-    summary, text = summarise(tar_path)
+    summary, text = summarise(pack_traces(trace_dir, Path(args.out) / "load_trace.tar.gz"))
     out["device"] = summary
     (Path(args.out) / "load_trace.txt").write_text(text)
     print(text, flush=True)

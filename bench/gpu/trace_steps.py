@@ -48,6 +48,16 @@ def load_trace(path: Path) -> list[dict[str, Any]]:
     return [e for e in events if e.get("ph") == "X"]
 
 
+def pack_traces(trace_dir: Path, tar_path: Path) -> Path:
+    """Every file under ``trace_dir`` (the profiler's per-process traces) into the
+    ``.tar.gz`` that :func:`load_trace` reads."""
+    with tarfile.open(tar_path, "w:gz") as tar:
+        for f in sorted(trace_dir.rglob("*")):
+            if f.is_file():
+                tar.add(f, arcname=f.name)
+    return tar_path
+
+
 def step_gaps(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per step: name, GPU span (µs), gap to the next step (µs), and the device work
     in the gap by launching call."""

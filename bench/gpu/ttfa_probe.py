@@ -20,10 +20,11 @@ import itertools
 import json
 import os
 import statistics
-import tarfile
 import time
 from pathlib import Path
 from typing import Any
+
+from bench.gpu.trace_steps import pack_traces
 
 MARKS = (1, 7, 10, 21)
 
@@ -93,11 +94,7 @@ async def probe(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         await runner.close()
     if args.profile:
-        tar_path = Path(args.out) / "ttfa_trace.tar.gz"
-        with tarfile.open(tar_path, "w:gz") as tar:
-            for f in sorted(trace_dir.rglob("*")):
-                if f.is_file():
-                    tar.add(f, arcname=f.name)
+        pack_traces(trace_dir, Path(args.out) / "ttfa_trace.tar.gz")
     return report
 
 

@@ -410,11 +410,11 @@ class ContextWorker:
             and self._encoder.worth_offloading
             and not inline_first
         ):
-            job = self._encode_pool.submit(self.playback_deadline(), self._encoder.feed, chunk)
+            job = self._encode_pool.submit(self._playback_deadline(), self._encoder.feed, chunk)
             return await asyncio.wrap_future(job)
         return self._encoder.feed(chunk)
 
-    def playback_deadline(self) -> float:
+    def _playback_deadline(self) -> float:
         """When this context's listener runs out of audio (``perf_counter`` time):
         its first packet's departure plus the audio queued so far; now, before
         the first packet has left."""

@@ -103,17 +103,15 @@ class CausalDac:
         self.fused = fused
         # 1 / alpha per activation, by module
         self._inverses: dict[int, torch.Tensor] = {}
-        # each residual unit's convolutions with its second activation folded in
-        self._folded: dict[int, _FoldedUnit] = {}
-        self._foldable = {
-            id(unit): self._may_fold(unit) for block in _blocks(dac) for unit in _units(block)
-        }
-        # Computed now, eagerly: made first inside a CUDA graph's capture, they
+        # Each foldable residual unit's convolutions with its second activation
+        # folded in, made now: made first inside a CUDA graph's capture, they
         # would hold nothing until the graph's first replay.
-        for block in _blocks(dac):
-            for unit in _units(block):
-                if self._foldable[id(unit)] and not unit.snake2.alpha.is_meta:
-                    self._folded[id(unit)] = _FoldedUnit.of(unit)
+        self._folded: dict[int, _FoldedUnit] = {
+            id(unit): _FoldedUnit.of(unit)
+            for block in _blocks(dac)
+            for unit in _units(block)
+            if self._may_fold(unit)
+        }
         specs: list[BufferSpec] = []
         # per layer output, in order: (stride, lead) of an upsampling layer
         # or (1, -reach) of a conv, for cutting the tail short (see tail()).
@@ -185,12 +183,11 @@ class CausalDac:
         changes: ``conv1``'s output is never part of the state. Never reads
         a device value (the step is captured as a CUDA graph)."""
         alpha = unit.snake2.alpha
-        if not self._foldable.get(id(unit), False) or alpha.dtype == torch.float64:
-            return None
         cached = self._folded.get(id(unit))
-        if cached is None or not cached.matches(alpha):
-            cached = _FoldedUnit.of(unit)
-            self._folded[id(unit)] = cached
+        if cached is None or alpha.dtype == torch.float64:
+            return None
+        if not cached.matches(alpha):  # the codec moved or changed dtype since
+            cached = self._folded[id(unit)] = _FoldedUnit.of(unit)
         return cached
 
     def _may_fold(self, unit: ResidualUnit) -> bool:

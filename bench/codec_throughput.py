@@ -18,10 +18,6 @@ Writes ``$OUT/codec_throughput.json``.
     python -m bench.codec_throughput [--batches 1,16,64,128,256] [--iters 50]
     python -m bench.codec_throughput --tiny --batches 1,4 --iters 2 --kernels= # CPU smoke check
 
-``--young`` times each batch with only that many leading rows masked (the
-streams in their first frames; ``all`` masks every row, as a step of new
-streams does): ``--young all,16,0`` shows what the masks cost.
-
 ``--kernels`` adds ``precision:kernels`` variants (``--codec-kernels`` of
 ``serve``): ``snake`` (one Triton kernel per activation, CUDA) and
 ``compiled`` (the whole step through torch.compile).
@@ -46,21 +42,18 @@ from realtime_engine.format import FRAMES_PER_SECOND
 from realtime_engine.talker.codec_slots import CodecSlots
 
 
-def step_seconds(
-    slots: CodecSlots, table: torch.Tensor, batch: int, iters: int, young: int | None = None
-) -> float:
-    """Mean seconds per codec step of ``batch`` slots (graph replays when captured),
-    the first ``young`` rows masked (None: all)."""
+def step_seconds(slots: CodecSlots, table: torch.Tensor, batch: int, iters: int) -> float:
+    """Mean seconds per codec step of ``batch`` slots (graph replays when captured)."""
     index = list(range(batch))
     rows = [0] * batch
     cuda = table.device.type == "cuda"
     for _ in range(3):
-        slots.step(index, rows, table, young=young)
+        slots.step(index, rows, table)
     if cuda:
         torch.cuda.synchronize()
     t = time.perf_counter()
     for _ in range(iters):
-        slots.step(index, rows, table, young=young)
+        slots.step(index, rows, table)
     if cuda:
         torch.cuda.synchronize()
     return (time.perf_counter() - t) / iters
@@ -109,15 +102,12 @@ def measure(
     capture_s = time.perf_counter() - t
     table = torch.randint(0, codec.dims.codebook_size, (max(batches), 8, 8), device=codec.device)
     table = table.to(torch.int16)
-    for batch, young in ((b, y) for b in batches for y in args.young):
-        if young is not None and young > batch:
-            continue
-        seconds = step_seconds(slots, table, batch, args.iters, young)
+    for batch in batches:
+        seconds = step_seconds(slots, table, batch, args.iters)
         row = {
             "precision": precision,
             "kernels": kernels,
             "batch": batch,
-            "young": "all" if young is None else young,
             "ms_per_step": round(1000 * seconds, 3),
             "audio_s_per_s": round(batch / FRAMES_PER_SECOND / seconds, 1),
             "capture_s": round(capture_s, 2),
@@ -138,17 +128,11 @@ def main(argv: list[str] | None = None) -> int:
         default="tf32:snake,tf32:compiled,bf16:compiled",
         help="precision:kernels pairs also timed, besides every precision with eager kernels",
     )
-    ap.add_argument(
-        "--young",
-        default="all",
-        help="rows masked per step, comma-separated: all, or a count (0: none)",
-    )
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--error-frames", type=int, default=75)
     ap.add_argument("--tiny", action="store_true", help="tiny codec dims (CPU smoke check)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args(argv)
-    args.young = [None if y == "all" else int(y) for y in args.young.split(",")]
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dims = CodecDims.tiny() if args.tiny else CodecDims.higgs_v3()
     codec = CodecDecoder(dims).to(device).eval()

@@ -88,20 +88,3 @@ def test_the_codec_soak_catches_audio_that_is_not_the_whole_decode(
     argv += ["--min-frames", "3", "--max-frames", "6", "--verify", "4", "--tolerance", "1e-3"]
     assert codec_soak.main([*argv, "--out", str(tmp_path)]) == 4
     assert "of the peak off its whole decode" in (tmp_path / "codec_soak.json").read_text()
-
-
-@pytest.mark.usefixtures("one_torch_thread")
-def test_young_rows_time_each_batch_once_per_masked_count(tmp_path: Path) -> None:
-    argv = ["--tiny", "--batches", "1,2", "--precisions", "fp32", "--kernels", ""]
-    argv += ["--young", "all,0,2", "--error-frames", "12", "--iters", "1", "--out", str(tmp_path)]
-    assert main(argv) == 0
-    rows = json.loads((tmp_path / "codec_throughput.json").read_text())["results"]
-    # a count above the batch is skipped: there are not that many rows to mask
-    assert [(r["batch"], r["young"]) for r in rows] == [
-        (1, "all"),
-        (1, 0),
-        (2, "all"),
-        (2, 0),
-        (2, 2),
-    ]
-    assert all(r["ms_per_step"] > 0 for r in rows)

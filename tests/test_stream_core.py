@@ -156,49 +156,6 @@ def test_slots_stepped_together_equal_each_alone(
         assert rel(got, whole(codec64, codes[i])) < EXACT_F64
 
 
-def stagger(
-    core: StreamingCodec, codes: list[torch.Tensor], starts: list[int], young_first: bool
-) -> list[torch.Tensor]:
-    """Streams ``i`` in slot ``i`` from step ``starts[i]`` on, one frame per call,
-    sharing every call. ``young_first``: each call puts the streams fed fewer than
-    ``young_frames`` frames first and masks only those rows; else it masks none."""
-    n, young_frames = len(codes), core.young_frames
-    fed, out = [0] * n, [[] for _ in codes]
-    for t in range(max(s + c.shape[-1] for s, c in zip(starts, codes, strict=True))):
-        core.reset([i for i in range(n) if starts[i] == t])
-        live = [i for i in range(n) if starts[i] <= t < starts[i] + codes[i].shape[-1]]
-        if live:
-            live.sort(key=lambda i: fed[i] >= young_frames)
-            young = sum(fed[i] < young_frames for i in live) if young_first else 0
-            x = torch.stack([codes[i][:, fed[i] : fed[i] + 1] for i in live])
-            with torch.inference_mode():
-                pcm = core.advance_slots(torch.tensor(live), x, young)
-            for row, i in enumerate(live):
-                out[i].append(pcm[row])
-                fed[i] += 1
-        for i in range(n):
-            if starts[i] + codes[i].shape[-1] == t + 1:
-                out[i].append(core.flush([i])[0])
-    return [torch.cat(parts)[core.delay :] for parts in out]
-
-
-@settings(max_examples=12, deadline=None)
-@given(starts=st.lists(st.integers(0, 14), min_size=2, max_size=5), seed=st.integers(0, 999))
-def test_masking_only_the_young_rows_keeps_every_stream_the_whole_decode(
-    codec64: CodecDecoder, starts: list[int], seed: int
-) -> None:
-    """Staggered streams share calls; only those in their first ``young_frames``
-    frames are masked (the engine's full-load steps: a few new streams among
-    many). Masking none breaks the starts, so the masks are what keeps them."""
-    core = StreamingCodec(codec64, len(starts))
-    assert core.young_frames == 10  # ceil(9458 / 960): the last layer's delay in frames
-    codes = [random_codes(16, seed + i) for i in range(len(starts))]
-    for got, c in zip(stagger(core, codes, starts, young_first=True), codes, strict=True):
-        assert rel(got, whole(codec64, c)) < EXACT_F64
-    unmasked = stagger(core, codes, starts, young_first=False)
-    assert all(rel(got, whole(codec64, c)) > 1e-4 for got, c in zip(unmasked, codes, strict=True))
-
-
 def test_peek_is_the_prefix_decode_and_changes_nothing(codec64: CodecDecoder) -> None:
     core = StreamingCodec(codec64, 1)
     codes = random_codes(30, seed=3)

@@ -24,7 +24,6 @@ frame count and never synchronise with the host.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import cast
 
@@ -139,9 +138,6 @@ class CausalDac:
         # (rate, delay) of each masked layer output, in the order a pass masks them
         self._layer_timing = _layer_timing(self._steps)
         self._step_masks: dict[tuple[int, torch.device], _StepMask] = {}
-        # A stream fed this many frames has every layer's next output at or
-        # after its start: its steps need no masks (10 for the Higgs codec).
-        self.young_frames = max(math.ceil(delay / rate) for rate, delay in self._layer_timing)
 
     def tail_lengths(self, samples: int) -> list[int]:
         """Per layer output, how much of its tail the first ``samples``
@@ -232,21 +228,10 @@ class CausalDac:
         ]
 
     def advance(
-        self,
-        state: State,
-        frames_fed: torch.Tensor,
-        x: torch.Tensor,
-        young_rows: int | None = None,
+        self, state: State, frames_fed: torch.Tensor, x: torch.Tensor
     ) -> tuple[torch.Tensor, State]:
-        """x [B, C_in, n] (frames) -> (pcm [B, n * hop], the new state).
-
-        ``young_rows``: only the first ``young_rows`` rows may have been fed
-        fewer than :attr:`young_frames` frames, so only they are masked (None:
-        every row). At full load a step has a few young streams among
-        hundreds; masking every row is a broadcast multiply over every
-        layer's whole output. The caller vouches for the split: it is not
-        checked (that would read device values)."""
-        return _Pass(self, state, frames_fed, final=False, young_rows=young_rows).run(x)
+        """x [B, C_in, n] (frames) -> (pcm [B, n * hop], the new state)."""
+        return _Pass(self, state, frames_fed, final=False).run(x)
 
     def tail(
         self, state: State, frames_fed: torch.Tensor, samples: int | None = None
@@ -325,10 +310,8 @@ class _Pass:
         frames_fed: torch.Tensor,
         final: bool,
         keep: list[int] | None = None,
-        young_rows: int | None = None,
     ) -> None:
         self.net = net
-        self.young_rows = young_rows
         self.keep = keep or []
         self.layer = 0
         self.old = state
@@ -345,10 +328,9 @@ class _Pass:
 
     def run(self, x: torch.Tensor) -> tuple[torch.Tensor, State]:
         dac = self.net.dac
-        if not self.final and x.shape[-1] > 0 and self.young_rows != 0:
+        if not self.final and x.shape[-1] > 0:
             self.step_mask = self.net.step_mask(x.shape[-1], x.device)
-            fed = self.frames_fed[: self.young_rows]
-            self.step_keep = self.step_mask.keep(fed, self.old[0].dtype)
+            self.step_keep = self.step_mask.keep(self.frames_fed, self.old[0].dtype)
         x = self._conv(dac.conv1, x)
         for block in _blocks(dac):
             x = self._conv_t(block.conv_t1, self.net.activation(block.snake1, x))
@@ -366,10 +348,7 @@ class _Pass:
         if self.step_mask is not None and self.step_keep is not None:
             lo, hi = self.step_mask.bounds[self.layer]
             assert hi - lo == head, "a step's layer lengths are fixed by its frame count"
-            young = self.step_keep.shape[0]  # the first rows: the only ones masked
-            x[:young, :, :head].mul_(self.step_keep[:, None, lo:hi].to(x.dtype))
-        elif self.young_rows == 0 and not self.final:
-            pass  # every stream is past its start at every layer
+            x[..., :head].mul_(self.step_keep[:, None, lo:hi].to(x.dtype))
         else:
             first = self.frames_fed * self.rate - self.delay  # [B]
             pos = first[:, None, None] + torch.arange(head, device=x.device)

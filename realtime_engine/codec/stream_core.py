@@ -130,23 +130,14 @@ class StreamingCodec:
         with self.codec.compute_context():
             return self.advance_slots(self._index(slots), codes)
 
-    @property
-    def young_frames(self) -> int:
-        """Frames after which a stream's steps need no start-of-utterance masks."""
-        return self.layers.young_frames
-
-    def advance_slots(
-        self, index: torch.Tensor, codes: torch.Tensor, young_rows: int | None = None
-    ) -> torch.Tensor:
+    def advance_slots(self, index: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
         """:meth:`step`'s body for a device slot index, in the caller's grad mode
         and precision context: plain tensor operations only, so that it can be
-        traced whole by ``torch.compile``. ``young_rows``: only the first rows
-        may be younger than :attr:`young_frames` (None: any row may be); see
-        :meth:`CausalDac.advance`."""
+        traced whole by ``torch.compile``."""
         state = [b.index_select(0, index) for b in self.state]
         fed = self.frames_fed.index_select(0, index)
         x = self.codec.acoustic_input(codes)
-        pcm, new = self.layers.advance(state, fed, x, young_rows)
+        pcm, new = self.layers.advance(state, fed, x)
         for buffer, value in zip(self.state, new, strict=True):
             buffer.index_copy_(0, index, value.to(buffer.dtype))
         self.frames_fed.index_add_(0, index, torch.full_like(fed, codes.shape[-1]))

@@ -57,11 +57,6 @@ logger = logging.getLogger("vllm.plugins.higgs_talker.codec")
 # planned (statuses reach the host a step or more late).
 RING_FRAMES = MAX_CHUNK_FRAMES + MAX_HOLDBACK_FRAMES + 32
 
-# The rows a large step masks when few of its streams are young (in their first
-# frames, where layers see the utterance's start): at full load about one stream
-# in 25 is, so a step captured for every row masked would mask 24 for nothing.
-YOUNG_BUCKET = 16
-
 # The largest batch of whole tails run in fixed buckets (a step ends about one
 # request in 250 at full load; larger bursts run as several batches).
 TAIL_BATCH = 64
@@ -110,9 +105,7 @@ class CodecSlots:
             # (torch.compile always specialises a size of 1), half the compile time
             self._sizes = [s for s in self._sizes if s > 1]
         self._want_graphs = graphs and self._cuda
-        self.young_frames = self.stream_codec.young_frames
-        # per (batch bucket, rows masked)
-        self._graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
         # Static inputs of a step (what a graph reads).
         self._slot_in = torch.full((slots,), self.trash, dtype=torch.int64, device=self.device)
         self._codes_in = torch.zeros(
@@ -129,7 +122,7 @@ class CodecSlots:
         self._tail_graphs: dict[int, torch.cuda.CUDAGraph] = {}
         # The whole step through torch.compile: traced once, for a dynamic batch,
         # before any graph is captured.
-        self._advance_fn: Callable[[torch.Tensor, torch.Tensor, int | None], None] = self._advance
+        self._advance_fn: Callable[[torch.Tensor, torch.Tensor], None] = self._advance
         if kernels == "compiled":
             self._advance_fn = torch.compile(self._advance, fullgraph=True, dynamic=None)
 
@@ -151,17 +144,16 @@ class CodecSlots:
             # eager once first: the layers build their masks and 1/alpha caches then,
             # so the traced step only reads them
             with torch.inference_mode(), self.stream_codec.codec.compute_context():
-                self._advance(self._slot_in[:1], self._codes_in[:1], None)
+                self._advance(self._slot_in[:1], self._codes_in[:1])
         if not self._cuda:
             if self.kernels == "compiled":  # trace now
-                self._run(self._sizes[0], self._sizes[0])
+                self._run(self._sizes[0])
             return
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):
             for size in self._sizes:  # every row is padding: only the trash slot changes
-                for young in self._young_variants(size):
-                    self._run(size, young)
+                self._run(size)
             if self._bucket_tails:
                 for size in self._tail_sizes:
                     self._run_tail(size)
@@ -171,11 +163,10 @@ class CodecSlots:
         try:
             pool = torch.cuda.graph_pool_handle()
             for size in reversed(self._sizes):  # largest first: the rest reuse its pool
-                for young in self._young_variants(size):
-                    graph = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
-                        self._run(size, young)
-                    self._graphs[size, young] = graph
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+                    self._run(size)
+                self._graphs[size] = graph
             if self._bucket_tails:
                 # a pool of their own: each bucket's output stays allocated
                 pool = torch.cuda.graph_pool_handle()
@@ -189,10 +180,8 @@ class CodecSlots:
             self._tail_graphs.clear()
             raise CodecCaptureError(f"capturing the codec step as CUDA graphs failed: {e}") from e
         logger.info(
-            "captured the codec step for batch sizes %s (%d graphs with their masked "
-            "rows), its whole tail for %s",
+            "captured the codec step for batch sizes %s, its whole tail for %s",
             self._sizes,
-            len(self._graphs),
             self._tail_sizes if self._bucket_tails else [],
         )
 
@@ -238,20 +227,16 @@ class CodecSlots:
         table: torch.Tensor,
         *,
         rows_written: bool = False,
-        young: int | None = None,
     ) -> None:
         """Feed one frame to each slot: ``rows[i]`` is the table position of the row
         that holds codebook 0 of slot ``slots[i]``'s frame (its codebook ``c`` is
         ``c`` rows further). Slots must be distinct. ``rows_written``: the rows are
-        known to be in the table already (their writes completed). ``young``: only
-        the first ``young`` slots may have been fed fewer than :attr:`young_frames`
-        frames (None: any may); the step masks only the rows that need it."""
+        known to be in the table already (their writes completed)."""
         b = len(slots)
         if b == 0:
             return
         padded = self._graphs or self.kernels == "compiled"
         size = next(s for s in self._sizes if s >= b) if padded else b
-        masked = self._masked_rows(size, b if young is None else young)
         codes, index = self._gather_on_side(table, slots, rows, rows_written)
         with self.on_codec_stream():
             self._wait(self._gathered)
@@ -262,23 +247,11 @@ class CodecSlots:
             if size > b:
                 self._slot_in[b:size].fill_(self.trash)
                 self._codes_in[b:size].zero_()
-            graph = self._graphs.get((size, masked))
+            graph = self._graphs.get(size)
             if graph is not None:
                 graph.replay()
             else:
-                self._run(size, masked)
-
-    def _masked_rows(self, size: int, young: int) -> int:
-        """The rows a step of ``size`` masks when its first ``young`` rows may be
-        young: one of :meth:`_young_variants`, the fewest that cover them."""
-        return next(m for m in self._young_variants(size) if m >= young)
-
-    def _young_variants(self, size: int) -> list[int]:
-        """The masked-row counts a step of ``size`` runs with: none, a few, all.
-        The compiled step masks every row (one trace for every batch)."""
-        if self.kernels == "compiled":
-            return [size]
-        return sorted({0, size} | ({YOUNG_BUCKET} if size > YOUNG_BUCKET else set()))
+                self._run(size)
 
     def fence(self) -> None:
         """Order the current stream after every gather issued so far: call before
@@ -306,26 +279,23 @@ class CodecSlots:
         index.record_stream(self.stream)
         return codes, index
 
-    def _run(self, size: int, young: int) -> None:
+    def _run(self, size: int) -> None:
         slots, codes = self._slot_in[:size], self._codes_in[:size]
-        masked: int | None = young
-        if self.kernels == "compiled":
-            masked = None  # every row: a count would be traced as a constant
-            if size > 1:  # one trace serves every batch size above 1
-                torch._dynamo.mark_dynamic(slots, 0)
-                torch._dynamo.mark_dynamic(codes, 0)
+        if size > 1 and self.kernels == "compiled":
+            # one trace serves every batch size above 1
+            torch._dynamo.mark_dynamic(slots, 0)
+            torch._dynamo.mark_dynamic(codes, 0)
         with torch.inference_mode(), self.stream_codec.codec.compute_context():
-            self._advance_fn(slots, codes, masked)
+            self._advance_fn(slots, codes)
 
-    def _advance(self, slots: torch.Tensor, codes: torch.Tensor, young: int | None) -> None:
-        """One frame into each of ``slots``, its committed samples into the ring;
-        only the first ``young`` rows are masked (:meth:`CausalDac.advance`).
+    def _advance(self, slots: torch.Tensor, codes: torch.Tensor) -> None:
+        """One frame into each of ``slots``, its committed samples into the ring.
 
         ``codes`` come raw from the talker's table (:meth:`_gather_frame`): BOC/EOC
         and anything out of range become 0 here, inside the captured step."""
         codes = torch.where((codes < 0) | (codes >= CODEBOOK_SIZE), 0, codes)
         fed = self.stream_codec.frames_fed.index_select(0, slots)
-        pcm = self.stream_codec.advance_slots(slots, codes, young)  # [size, hop]
+        pcm = self.stream_codec.advance_slots(slots, codes)  # [size, hop]
         pos = (fed[:, None] * self.hop - self.delay + self._hop_range) % self.ring_len
         self.ring[slots[:, None], pos] = pcm.to(self.ring.dtype)
 

@@ -207,16 +207,12 @@ class SlotCodec:
             if stream.available > stream.fed:
                 work.append(stream)
         self._feeding.clear()
-        young_frames = self.device_codec.young_frames
         while work:
-            # the young streams first: a step masks only its leading rows
-            work.sort(key=lambda s: s.fed >= young_frames)
             self.device_codec.step(
                 [s.slot for s in work],
                 [s.base + s.fed for s in work],
                 table,
                 rows_written=rows_written,
-                young=sum(s.fed < young_frames for s in work),
             )
             for s in work:
                 s.fed += 1

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from bench.gpu.load_trace import device_report, device_time, kernel_kind
+from bench.gpu.load_trace import Workload, device_report, device_time, kernel_kind, workload_prompts
+from realtime_engine.model.prompts import TalkerPrompt
+from realtime_engine.model.tokenizer import HiggsTokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize(
@@ -66,3 +75,63 @@ def test_device_time_sums_by_kind_over_the_span() -> None:
 
 def test_an_empty_trace_reports_nothing_busy() -> None:
     assert device_time([])["busy_us"] == 0.0
+
+
+PROMPTS = (TalkerPrompt(token_ids=(1, 2, 3)), TalkerPrompt(token_ids=(4, 5, 6, 7)))
+
+
+@pytest.mark.parametrize("share", [0.0, 0.36, 1.0])
+def test_the_clone_share_holds_over_any_stretch_of_requests(share: float) -> None:
+    work = Workload(clone_share=share)
+    for streams, per_stream in [(256, 4), (4, 256)]:
+        clones = [work.is_clone(n, i) for n in range(streams) for i in range(per_stream)]
+        assert abs(sum(clones) / len(clones) - share) < 0.01
+
+
+def test_requests_have_a_fixed_length_unless_they_end_freely() -> None:
+    fixed = Workload(rows=257, clone_share=0.5).request(PROMPTS, 3, 7)
+    assert fixed.fixed_rows == 257
+    assert fixed.request_id == "s3-7" and fixed.sampling.seed == 7
+    free = Workload(rows=257, free_end=True).request(PROMPTS, 0, 1)
+    assert free.fixed_rows is None and free.max_new_tokens == 257
+    assert free.prompt is PROMPTS[0]  # no clone share: every prompt zero-shot
+    assert Workload(clone_share=1.0).request(PROMPTS, 0, 0).prompt is PROMPTS[1]
+
+
+def test_the_clone_prompt_carries_its_anchor(tiny_checkpoint: Path) -> None:
+    zero, clone = workload_prompts(
+        HiggsTokenizer.from_dir(tiny_checkpoint), Workload(anchor_frames=50)
+    )
+    assert zero.ref_rows is None
+    assert clone.ref_rows is not None and clone.ref_rows.shape == (50 + 7, 8)  # delay-patterned
+    assert len(clone.token_ids) > len(zero.token_ids) + 50
+
+
+def test_the_h200_script_runs_the_served_mix_after_the_sweep(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "DRY_RUN": "1",
+        "LOCAL": "1",  # no vLLM kit here: the project's own environment
+        "PYTHON": sys.executable,
+        "MODEL": "tiny",
+        "WORK": str(tmp_path / "work"),
+        "OUT": str(tmp_path / "out"),
+        "LEVELS": "64",
+        "LOAD_TRACE": "256",
+        "LOAD_TRACE_ARGS": "--clone-share 0.36 --free-end",
+    }
+    done = subprocess.run(
+        ["bash", str(ROOT / "bench/gpu/run_h200.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    trace = next(i for i, line in enumerate(lines) if "bench.gpu.load_trace" in line)
+    assert lines[trace].split(" > ")[0].endswith("--clone-share 0.36 --free-end")
+    assert "--concurrency 256" in lines[trace]
+    sweep = max(i for i, line in enumerate(lines) if "sweep_c64" in line)
+    assert sweep < trace  # the engine alone after the served levels

@@ -11,6 +11,15 @@ kind, per step and in all, and the steps' spans and gaps
 
     python -m bench.gpu.load_trace --model /root/higgs_v3_random --concurrency 256
 
+The served workload is not one zero-shot prompt of a fixed length: a
+context's segments after the first are voice-clone prompts on the
+context's anchor (up to 200 frames), and with random weights a segment ends
+where the talker samples its end. ``--clone-share F`` gives that share of
+requests a clone prompt on a random ``--anchor-frames`` anchor, and
+``--free-end`` lets requests end there (capped at ``--rows``), so the
+engine alone can run the mix the gateway sends it (RESULTS.md section 15:
+1.56 requests per context at 256 streams).
+
 Writes ``load_trace.json``, ``load_trace.txt`` and ``load_trace.tar.gz`` to ``--out``.
 """
 
@@ -22,11 +31,60 @@ import json
 import os
 import re
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from bench.gpu.trace_steps import load_trace, pack_traces, report, step_gaps
 from bench.stats import percentile
+
+# The text every request speaks, and its clone prompts' reference transcript.
+TEXT = "The quick brown fox jumps over the lazy dog, then naps in the warm afternoon sun."
+ANCHOR_TEXT = "Every morning the old man walked along the river to watch the boats."
+_GOLDEN = 0.6180339887498949
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What each closed-loop request asks for."""
+
+    rows: int = 257
+    clone_share: float = 0.0  # requests with a voice-clone prompt (later segments)
+    anchor_frames: int = 200  # their reference length (a context's anchor is at most 200)
+    free_end: bool = False  # end where the talker samples it, at most ``rows``
+
+    def is_clone(self, stream: int, index: int) -> bool:
+        """Whether request ``index`` of closed-loop ``stream`` gets the clone prompt:
+        a low-discrepancy sequence, so any stretch of requests has about
+        ``clone_share`` of them, spread across streams."""
+        return ((stream * 7919 + index) * _GOLDEN) % 1.0 < self.clone_share
+
+    def request(self, prompts: tuple[Any, Any], stream: int, index: int) -> Any:
+        """The ``TalkerRequest`` for request ``index`` of ``stream``; ``prompts``:
+        (zero-shot, clone)."""
+        from realtime_engine.talker.types import TalkerRequest, TalkerSampling
+
+        prompt = prompts[1] if self.is_clone(stream, index) else prompts[0]
+        sampling = TalkerSampling(seed=index)
+        request_id = f"s{stream}-{index}"
+        if self.free_end:
+            return TalkerRequest(request_id, prompt, sampling, max_new_tokens=self.rows)
+        return TalkerRequest(request_id, prompt, sampling, fixed_rows=self.rows)
+
+
+def workload_prompts(tokenizer: Any, workload: Workload, seed: int = 0) -> tuple[Any, Any]:
+    """(zero-shot, clone) prompts of :data:`TEXT`; the clone prompt's anchor is
+    ``anchor_frames`` random codes (what the talker would have generated)."""
+    from realtime_engine.model.prompts import build_clone_prompt, build_zero_shot_prompt
+
+    codes = np.random.default_rng(seed).integers(0, 1024, size=(workload.anchor_frames, 8))
+    return (
+        build_zero_shot_prompt(tokenizer, TEXT),
+        build_clone_prompt(tokenizer, TEXT, codes, ANCHOR_TEXT),
+    )
+
 
 # Kernel kinds by name, first match wins (names as the profiler records them).
 KERNEL_KINDS: tuple[tuple[str, str], ...] = (
@@ -109,16 +167,20 @@ def summarise(trace: Path) -> tuple[dict[str, Any], str]:
 
 
 async def _stream_forever(
-    runner: Any, prompt: Any, rows: int, stop: asyncio.Event, stats: dict[str, Any], n: int
+    runner: Any,
+    prompts: tuple[Any, Any],
+    workload: Workload,
+    stop: asyncio.Event,
+    stats: dict[str, Any],
+    n: int,
 ) -> None:
     from realtime_engine.codec.presets import get_preset
     from realtime_engine.format import SAMPLE_RATE
-    from realtime_engine.talker.types import TalkerRequest, TalkerSampling
 
     chunking = get_preset("exact")
     i = 0
     while not stop.is_set():
-        req = TalkerRequest(f"s{n}-{i}", prompt, TalkerSampling(seed=i), fixed_rows=rows)
+        req = workload.request(prompts, n, i)
         i += 1
         t0 = time.perf_counter()
         first = None
@@ -128,12 +190,13 @@ async def _stream_forever(
                 first = now - t0
             if stats["measuring"]:
                 stats["audio_s"] += chunk.pcm.size / SAMPLE_RATE
-        if stats["measuring"] and first is not None:
-            stats["first_chunk_s"].append(first)
+        if stats["measuring"]:
+            stats["requests"] += 1
+            if first is not None:
+                stats["first_chunk_s"].append(first)
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    from realtime_engine.model.prompts import build_zero_shot_prompt
     from realtime_engine.model.tokenizer import HiggsTokenizer
     from realtime_engine.talker.vllm_runner import VllmTalkerRunner
 
@@ -146,20 +209,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "torch_profiler_with_stack": False,
     }
     runner = VllmTalkerRunner.from_model_dir(args.model, **extra)
-    tok = HiggsTokenizer.from_dir(args.model)
-    prompt = build_zero_shot_prompt(
-        tok, "The quick brown fox jumps over the lazy dog, then naps in the warm afternoon sun."
-    )
-    stats: dict[str, Any] = {"measuring": False, "audio_s": 0.0, "first_chunk_s": []}
+    workload = Workload(args.rows, args.clone_share, args.anchor_frames, args.free_end)
+    prompts = workload_prompts(HiggsTokenizer.from_dir(args.model), workload)
+    stats: dict[str, Any] = {"measuring": False, "audio_s": 0.0, "first_chunk_s": [], "requests": 0}
     stop = asyncio.Event()
     tasks = [
-        asyncio.create_task(_stream_forever(runner, prompt, args.rows, stop, stats, n))
+        asyncio.create_task(_stream_forever(runner, prompts, workload, stop, stats, n))
         for n in range(args.concurrency)
     ]
     out: dict[str, Any] = {
         "concurrency": args.concurrency,
         "rows": args.rows,
-        "prompt_tokens": len(prompt.token_ids),
+        "workload": asdict(workload),
+        "prompt_tokens": len(prompts[0].token_ids),
+        "clone_prompt_tokens": len(prompts[1].token_ids),
         "engine_args": json.loads(args.engine_args),
     }
     try:
@@ -171,6 +234,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         stats["measuring"] = False
         elapsed = time.perf_counter() - t
         out["audio_s_per_s"] = round(stats["audio_s"] / elapsed, 1)
+        out["requests_done_per_s"] = round(stats["requests"] / elapsed, 1)
         firsts = stats["first_chunk_s"]
         if firsts:
             out["first_chunk_ms_p50"] = round(1e3 * percentile(firsts, 50), 1)
@@ -201,6 +265,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", default="/root/h200_work")
     ap.add_argument("--concurrency", type=int, default=256)
     ap.add_argument("--rows", type=int, default=257, help="rows per request (257: 10 s)")
+    ap.add_argument(
+        "--clone-share",
+        type=float,
+        default=0.0,
+        help="share of requests with a voice-clone prompt (served at 256 streams: about 0.36)",
+    )
+    ap.add_argument("--anchor-frames", type=int, default=200, help="their reference, in frames")
+    ap.add_argument(
+        "--free-end",
+        action="store_true",
+        help="requests end where the talker samples it (at most --rows), as served",
+    )
     ap.add_argument("--warm-s", type=float, default=15.0)
     ap.add_argument("--measure-s", type=float, default=10.0)
     ap.add_argument("--profile-s", type=float, default=1.0)

@@ -34,6 +34,7 @@
 #   LOAD_TRACE ["": off]: after the sweep, the engine alone at this concurrency (bench.gpu.load_trace:
 #   audio-s/s without gateway or clients, a 1 s torch-profiler trace) with a py-spy profile of its
 #   engine core for PROFILE_S seconds, to set beside the served level's (~120 s)
+#   LOAD_TRACE_ARGS [""]: more load_trace flags, e.g. "--clone-share 0.36 --free-end" (the served mix)
 #   RUN_TAG [$PHASE]: names $WORK/results_<tag>, summary_<tag>.md, h200_<tag>.tar.gz
 #   FALLBACK [1]: when the vLLM talker does not start, serve the reference talker and measure a little
 #   LOCAL [0]: 1 = no kit site, no wheels, no plugin dist-info (a CPU machine with the project's venv)
@@ -79,6 +80,7 @@ PEER_START_TIMEOUT=${PEER_START_TIMEOUT:-420}
 FALLBACK=${FALLBACK:-1}
 PROFILE_LEVELS=${PROFILE_LEVELS-256}
 LOAD_TRACE=${LOAD_TRACE:-}
+LOAD_TRACE_ARGS=${LOAD_TRACE_ARGS:-}
 PROFILE_S=${PROFILE_S:-10}
 CLIENT_PROCS=${CLIENT_PROCS:-4}
 STREAMS_PER_CLIENT=${STREAMS_PER_CLIENT:-64}
@@ -477,8 +479,10 @@ load_trace() {
   fits load_trace 120 || return 0
   [ -x "$spy" ] || spy=$(command -v py-spy) || spy=
   LOG=$RES/load_trace.log
+  # shellcheck disable=SC2086  # LOAD_TRACE_ARGS is a list of flags
   run_bg timeout -k 5 "$(( $(left) - 5 ))" env "${GW_ENV[@]}" VLLM_USE_V2_MODEL_RUNNER=1 "$PY" \
-    -m bench.gpu.load_trace --concurrency "$c" --model "$MODEL" --work "$WORK" --out "$RES/load_trace"
+    -m bench.gpu.load_trace --concurrency "$c" --model "$MODEL" --work "$WORK" --out "$RES/load_trace" \
+    $LOAD_TRACE_ARGS
   [ "$DRY_RUN" = 1 ] && return 0
   for _ in $(seq 1 300); do   # it prints "measuring" when its measured window opens
     grep -q "^measuring" "$LOG" 2>/dev/null && break

@@ -27,6 +27,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from gateway import availability
 from gateway.auth import AuthError
+from gateway.device_trace import DeviceTraceSignal
 from gateway.engine_health import watch_engine
 from gateway.gc_heap import freeze_startup_heap
 from gateway.loop_lag import watch_loop_lag
@@ -124,6 +125,8 @@ def create_app(
         sampler = asyncio.create_task(_sample_engine_stats(state, after=warm))
         health = asyncio.create_task(_watch_health(state, after=warm))
         lag = asyncio.create_task(watch_loop_lag(state.metrics.event_loop_lag_seconds.observe))
+        trace_signal = DeviceTraceSignal(engine)
+        trace_signal.install()
         if not settings.warm_in_background:
             await asyncio.shield(warm)
             if state.engine_error is not None:
@@ -131,6 +134,7 @@ def create_app(
         try:
             yield
         finally:
+            trace_signal.uninstall()
             state.ready = False
             state.draining = True
             for task in (warm, sampler, health, lag):

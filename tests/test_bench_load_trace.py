@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import subprocess
 import sys
@@ -135,3 +137,68 @@ def test_the_h200_script_runs_the_served_mix_after_the_sweep(tmp_path: Path) -> 
     assert "--concurrency 256" in lines[trace]
     sweep = max(i for i, line in enumerate(lines) if "sweep_c64" in line)
     assert sweep < trace  # the engine alone after the served levels
+
+
+def test_a_served_engines_trace_folder_is_packed_and_summarised(tmp_path: Path) -> None:
+    from bench.gpu.load_trace import main
+
+    traces = tmp_path / "served_trace"
+    traces.mkdir()
+    events = [
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "nvjet_gemm",
+            "ts": 0,
+            "dur": 600,
+            "args": {"stream": 7},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "sin_kernel",
+            "ts": 100,
+            "dur": 300,
+            "args": {"stream": 21},
+        },
+    ]
+    trace = {"traceEvents": events}
+    (traces / "engine.pt.trace.json.gz").write_bytes(gzip.compress(json.dumps(trace).encode()))
+    out = tmp_path / "out"
+    assert main(["--from-trace-dir", str(traces), "--out", str(out)]) == 0
+    assert (out / "load_trace.tar.gz").is_file()
+    text = (out / "load_trace.txt").read_text()
+    assert text.startswith("device span 0.6 ms, kernels 0.9 ms")
+    assert "gemm | 0.6" in text and "21 | 0.3" in text  # by kind and by CUDA stream
+
+
+def test_the_h200_script_traces_the_served_engine_on_request(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "DRY_RUN": "1",
+        "LOCAL": "1",
+        "PYTHON": sys.executable,
+        "MODEL": "tiny",
+        "WORK": str(tmp_path / "work"),
+        "OUT": str(tmp_path / "out"),
+        "LEVELS": "256",
+        "SERVED_TRACE": "256",
+        "TALKER_OPTIONS": '{"engine_args": {"quantization": "fp8"}}',
+    }
+    done = subprocess.run(
+        ["bash", str(ROOT / "bench/gpu/run_h200.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    serve = next(line for line in done.stdout.splitlines() if "gateway.cli serve" in line)
+    options = json.loads(serve.split("--talker-options ")[1].split(" > ")[0])
+    assert options["engine_args"]["quantization"] == "fp8"  # the run's own options kept
+    profiler = options["engine_args"]["profiler_config"]
+    assert profiler["profiler"] == "torch"
+    assert profiler["torch_profiler_dir"] == str(tmp_path / "work" / "served_trace_gateway")
+    summary = next(line for line in done.stdout.splitlines() if "--from-trace-dir" in line)
+    assert str(tmp_path / "work" / "served_trace_gateway") in summary

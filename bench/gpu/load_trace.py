@@ -286,9 +286,22 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="only summarise this load_trace.tar.gz (no GPU): print the report",
     )
+    ap.add_argument(
+        "--from-trace-dir",
+        type=Path,
+        help="pack the profiler's traces in this folder (a served engine's, taken with "
+        "SIGUSR2) into --out/load_trace.tar.gz and summarise them (no GPU)",
+    )
     args = ap.parse_args(argv)
     if args.from_trace is not None:
         print(summarise(args.from_trace)[1], end="")
+        return 0
+    if args.from_trace_dir is not None:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        text = summarise(pack_traces(args.from_trace_dir, out / "load_trace.tar.gz"))[1]
+        (out / "load_trace.txt").write_text(text)
+        print(text, end="")
         return 0
     Path(args.out).mkdir(parents=True, exist_ok=True)
     report_ = asyncio.run(run(args))

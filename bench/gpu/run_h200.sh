@@ -35,6 +35,10 @@
 #   audio-s/s without gateway or clients, a 1 s torch-profiler trace) with a py-spy profile of its
 #   engine core for PROFILE_S seconds, to set beside the served level's (~120 s)
 #   LOAD_TRACE_ARGS [""]: more load_trace flags, e.g. "--clone-share 0.36 --free-end" (the served mix)
+#   SERVED_TRACE ["": off]: a sweep level whose served engine core is traced for TRACE_S [1] seconds
+#   (vLLM's torch profiler, toggled by SIGUSR2 to the gateway 1 s into the measured window, before
+#   py-spy), summarised like load_trace's into served_trace/; the gateway then starts with
+#   engine_args.profiler_config added to TALKER_OPTIONS (not the defaults: keep it off headline runs)
 #   RUN_TAG [$PHASE]: names $WORK/results_<tag>, summary_<tag>.md, h200_<tag>.tar.gz
 #   FALLBACK [1]: when the vLLM talker does not start, serve the reference talker and measure a little
 #   LOCAL [0]: 1 = no kit site, no wheels, no plugin dist-info (a CPU machine with the project's venv)
@@ -81,6 +85,8 @@ FALLBACK=${FALLBACK:-1}
 PROFILE_LEVELS=${PROFILE_LEVELS-256}
 LOAD_TRACE=${LOAD_TRACE:-}
 LOAD_TRACE_ARGS=${LOAD_TRACE_ARGS:-}
+SERVED_TRACE=${SERVED_TRACE:-}
+TRACE_S=${TRACE_S:-1}
 PROFILE_S=${PROFILE_S:-10}
 CLIENT_PROCS=${CLIENT_PROCS:-4}
 STREAMS_PER_CLIENT=${STREAMS_PER_CLIENT:-64}
@@ -132,6 +138,17 @@ if [ -s "$WORK/gateway.env" ]; then
   while read -r kv; do [ -n "$kv" ] && GW_ENV+=("$kv"); done < "$WORK/gateway.env"
 fi
 gw_python() { env "${GW_ENV[@]}" "$PY" "$@"; }
+
+# SERVED_TRACE: the talker gets a torch profiler (idle until the gateway's SIGUSR2)
+TRACE_DIR=$WORK/served_trace_$RUN_TAG
+if [ -n "$SERVED_TRACE" ]; then
+  [ "$DRY_RUN" = 1 ] || rm -rf "$TRACE_DIR"
+  TALKER_OPTIONS=$(TRACE_DIR=$TRACE_DIR "$PY" -c 'import json, os, sys
+options = json.loads(sys.argv[1] or "{}")
+options.setdefault("engine_args", {})["profiler_config"] = {
+    "profiler": "torch", "torch_profiler_dir": os.environ["TRACE_DIR"], "torch_profiler_with_stack": False}
+print(json.dumps(options))' "$TALKER_OPTIONS") || die "TALKER_OPTIONS is not JSON: $TALKER_OPTIONS"
+fi
 
 # ---------------------------------------------------------------- prep
 install_gateway_wheels() {
@@ -424,7 +441,16 @@ split_level() {
   local name=$1 need=$2 c=$3 procs i share t rc=0 pids=() files=(); shift 3
   procs=$(( (c + STREAMS_PER_CLIENT - 1) / STREAMS_PER_CLIENT ))
   [ "$procs" -gt "$CLIENT_PROCS" ] && procs=$CLIENT_PROCS
-  if [ "$procs" -le 1 ]; then level "$name" "$need" --levels "$c" "$@"; return; fi
+  if [ "$procs" -le 1 ]; then
+    local bg=() rc1=0
+    if [ "$DRY_RUN" != 1 ]; then
+      profile_level "$name" "$c" "$@" & bg+=($!)
+      trace_level "$c" "$@" & bg+=($!)
+    fi
+    level "$name" "$need" --levels "$c" "$@" || rc1=$?
+    [ ${#bg[@]} -eq 0 ] || wait "${bg[@]}"
+    return $rc1
+  fi
   t=$(date +%s)
   fits "$name" "$need" || return 1
   local limit=$(( $(left) - 5 ))
@@ -438,8 +464,10 @@ split_level() {
   [ "$DRY_RUN" = 1 ] && return 0
   profile_level "$name" "$c" "$@" &
   local profiler=$!
+  trace_level "$c" "$@" &
+  local tracer=$!
   for i in "${pids[@]}"; do wait "$i" || rc=$?; done
-  wait "$profiler"
+  wait "$profiler" "$tracer"
   tail -n 4 "$RES/${name}_p0.log"
   env PYTHONPATH="$GW_PYTHONPATH" "$PY" -m bench.gpu.report combine "$RES/$name.json" "${files[@]}" || rc=1
   [ -n "$SCRAPE" ] && scrape_metrics "$name"
@@ -469,6 +497,30 @@ profile_level() {
       --output "$RES/pyspy_${name}_${role}_$pid.txt" > "$RES/pyspy_${name}_${role}_$pid.log" 2>&1 &
   done
   wait
+}
+
+# trace_level C ARGS...: when C is SERVED_TRACE, SIGUSR2 to the gateway 1 s into the measured
+# window and again TRACE_S later: its engine core's torch profiler records in between
+trace_level() {
+  local c=$1 warm=0 p; shift
+  [ "$c" = "$SERVED_TRACE" ] || return 0
+  while [ $# -gt 0 ]; do [ "$1" = --warmup ] && warm=$2; shift; done
+  sleep $(( warm + 1 ))
+  for p in /proc/[0-9]*; do   # the gateway's python, not its timeout(1) wrapper
+    if grep -q "^python" "$p/comm" 2>/dev/null && grep -q "gateway.cli" "$p/cmdline" 2>/dev/null; then
+      kill -USR2 "${p#/proc/}" && sleep "$TRACE_S" && kill -USR2 "${p#/proc/}"
+      say "traced the served engine core for ${TRACE_S}s at $c streams"
+      return 0
+    fi
+  done
+}
+
+# served_trace: the served engine core's trace (written when the engine stopped), summarised
+served_trace() {
+  [ -n "$SERVED_TRACE" ] || return 0
+  run_to "$RES/served_trace.log" env PYTHONPATH="$GW_PYTHONPATH" "$PY" -m bench.gpu.load_trace \
+    --from-trace-dir "$TRACE_DIR" --out "$RES/served_trace"
+  step_log served_trace "$([ -s "$RES/served_trace/load_trace.txt" ] && echo ok || echo failed)" 0 "c=$SERVED_TRACE"
 }
 
 # load_trace C: the engine alone at concurrency C (no gateway, no clients), with a py-spy
@@ -553,6 +605,7 @@ gateway_phase() {
     fi
     SCRAPE=
     stop_server
+    served_trace
     [ -z "$LOAD_TRACE" ] || load_trace "$LOAD_TRACE"
   elif [ "$FALLBACK" = 1 ] && [ "$TALKER" != reference ] && [ "$(left)" -gt 200 ]; then
     say "the $TALKER talker did not start: measuring the reference talker instead"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal, Protocol, get_args
+from typing import ClassVar, Literal, Protocol, get_args, runtime_checkable
 
 import numpy as np
 
@@ -121,3 +121,14 @@ class SpeechEngine(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class DeviceTracing(Protocol):
+    """An engine that can record a trace of its device work on request (the
+    gateway toggles it on ``SIGUSR2``: docs/bench, the served step timeline)."""
+
+    async def toggle_device_trace(self) -> str:
+        """Start a trace, or stop the one recording: ``"started"`` or
+        ``"stopped"``; ``EngineError`` when this engine cannot record one."""
+        ...

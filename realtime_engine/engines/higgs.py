@@ -387,6 +387,17 @@ class HiggsEngine:
         async for _ in self.synthesize(warm):
             pass
 
+    async def toggle_device_trace(self) -> str:
+        """Start or stop vLLM's torch profiler in the engine core (the talker started
+        with ``engine_args.profiler_config``; traces land in its directory)."""
+        toggle = getattr(self._runner, "toggle_device_trace", None)
+        if toggle is None:
+            raise EngineError(f"the {type(self._runner).__name__} records no device traces")
+        try:
+            return str(await toggle())
+        except TalkerError as e:
+            raise EngineError(str(e)) from e
+
     async def close(self) -> None:
         await self._runner.close()
         self._voice_encoder.close()

@@ -74,8 +74,19 @@ class _Stream:
 class VllmTalkerRunner:
     """:class:`~realtime_engine.talker.types.TalkerRunner` on a vLLM ``AsyncLLM`` engine."""
 
-    def __init__(self, engine: Any, specials: SpecialIds, max_model_len: int | None = None) -> None:
+    def __init__(
+        self,
+        engine: Any,
+        specials: SpecialIds,
+        max_model_len: int | None = None,
+        *,
+        profiler: bool = False,
+    ) -> None:
+        """``profiler``: the engine was started with a ``profiler_config``
+        (:meth:`toggle_device_trace` may start it)."""
         self._engine = engine
+        self._profiler = profiler
+        self._tracing = False
         self._max_model_len = max_model_len
         self._specials = specials
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -125,7 +136,8 @@ class VllmTalkerRunner:
         tokenizer = HiggsTokenizer.from_dir(model_dir)
         args = AsyncEngineArgs(**kwargs)
         engine = AsyncLLM.from_engine_args(args)
-        return cls(engine, tokenizer.specials, max_model_len)
+        profiler = bool(engine_kwargs.get("profiler_config"))
+        return cls(engine, tokenizer.specials, max_model_len, profiler=profiler)
 
     # ------------------------------------------------------------ receiving
     def _on_event(self, event: RowEvent | FailureEvent | PcmEvent) -> None:
@@ -317,6 +329,22 @@ class VllmTalkerRunner:
         self._close_rank(stream)
         await self._engine.abort(request_id)
         stream.queue.put_nowait(_Aborted())
+
+    async def toggle_device_trace(self) -> str:
+        """Start vLLM's torch profiler in the engine core, or stop the one running
+        (the trace is written to the ``profiler_config``'s directory on stop)."""
+        if not self._profiler or self._engine is None:
+            raise TalkerError(
+                "no device trace without a profiler: start the talker with "
+                'engine_args {"profiler_config": {"profiler": "torch", "torch_profiler_dir": DIR}}'
+            )
+        if self._tracing:
+            self._tracing = False
+            await self._engine.stop_profile()
+            return "stopped"
+        await self._engine.start_profile()
+        self._tracing = True
+        return "started"
 
     def failure(self) -> str | None:
         """Why the vLLM engine is dead (its engine core process exited), else None.

@@ -101,6 +101,13 @@ def _load(p: argparse.ArgumentParser) -> None:
         "audio has arrived; HTTP requests get max_new_tokens for it unless --max-new-tokens",
     )
     p.add_argument(
+        "--no-cut",
+        action="store_true",
+        help="with --audio-seconds: let each stream end on its own (every segment still "
+        "capped at it) instead of cancelling it once that much audio has arrived, so no "
+        "audio generated past the cut goes unheard",
+    )
+    p.add_argument(
         "--session",
         type=json.loads,
         default={},
@@ -192,6 +199,7 @@ def _gateway_target(args: argparse.Namespace, url: str) -> GatewayTarget:
         session=args.session,
         decode=not args.no_decode,
         audio_seconds=args.audio_seconds,
+        cut_at_cap=not args.no_cut,
     )
 
 
@@ -234,6 +242,7 @@ async def _run(args: argparse.Namespace, argv: list[str]) -> int:
             "http": args.http,
             "max_new_tokens": steps,
             "audio_seconds": args.audio_seconds,
+            "cut_at_cap": not args.no_cut,
         },
         argv,
     )

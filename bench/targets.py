@@ -45,6 +45,10 @@ class GatewayTarget:
     # own): every segment is capped at this many seconds (max_audio_seconds)
     # and the stream is cancelled once this much audio has arrived.
     audio_seconds: float | None = None
+    # With ``audio_seconds``: cancel the stream once that much audio arrived (the
+    # fixed length), or let it end on its own (False: each segment still capped,
+    # and nothing generated past a cut goes unheard).
+    cut_at_cap: bool = True
 
     def session_patch(self) -> dict[str, Any]:
         patch: dict[str, Any] = {
@@ -96,6 +100,7 @@ class GatewayTarget:
     async def _read(self, record: StreamRecord, ctx: Context) -> None:
         failed = None
         cap_ms = None if self.audio_seconds is None else self.audio_seconds * 1000.0
+        cut = self.cut_at_cap
         received_ms = 0.0
         capped = False
         async for item in ctx.events():
@@ -124,7 +129,7 @@ class GatewayTarget:
                 )
                 received_ms += item.duration_ms
                 # within half a 20 ms frame of the cap counts as reaching it
-                if cap_ms is not None and received_ms >= cap_ms - 10.0:
+                if cut and cap_ms is not None and received_ms >= cap_ms - 10.0:
                     capped = True
                     record.t_done = item.received_at
                     record.tags["capped"] = True

@@ -50,6 +50,22 @@ async def test_gateway_stream_is_cut_at_the_fixed_length() -> None:
     assert first.max_audio_seconds == 1.0
 
 
+async def test_without_the_cut_a_stream_ends_on_its_own_each_segment_capped() -> None:
+    engine = FakeEngine()
+    async with serve(gateway_app(engine)) as url:
+        whole = await GatewayTarget(
+            url, tokens_per_s=None, output_format="pcm16", audio_seconds=1.0, cut_at_cap=False
+        )(1, TEXT)
+    assert whole.ok, whole.error
+    assert "capped" not in whole.tags
+    assert whole.server_metrics is not None  # context.done: it completed, not cancelled
+    segments = list(engine.log.requests)  # the one stream's two segments
+    assert len(segments) == 2 and all(r.max_audio_seconds == 1.0 for r in segments)
+    # each segment ran to its 1 s cap (where the gateway stops it), about 2 s in all
+    assert derive(whole).audio_s == pytest.approx(2.0, abs=0.05)
+    assert list(engine.log.aborted) == [r.request_id for r in segments]
+
+
 async def test_run_command_fixed_length_and_peer_only(tmp_path: Path) -> None:
     async with serve(gateway_app(FakeEngine(realtime_factor=0.05))) as url:
         common = ["--levels", "1", "--warmup", "0", "--duration", "0.8", "--no-progress"]

@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from script_support import dry_run
 
 from bench.gpu.load_trace import Workload, device_report, device_time, kernel_kind, workload_prompts
 from realtime_engine.model.prompts import TalkerPrompt
 from realtime_engine.model.tokenizer import HiggsTokenizer
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize(
@@ -110,28 +106,13 @@ def test_the_clone_prompt_carries_its_anchor(tiny_checkpoint: Path) -> None:
 
 
 def test_the_h200_script_runs_the_served_mix_after_the_sweep(tmp_path: Path) -> None:
-    env = {
-        **os.environ,
-        "DRY_RUN": "1",
-        "LOCAL": "1",  # no vLLM kit here: the project's own environment
-        "PYTHON": sys.executable,
-        "MODEL": "tiny",
-        "WORK": str(tmp_path / "work"),
-        "OUT": str(tmp_path / "out"),
-        "LEVELS": "64",
-        "LOAD_TRACE": "256",
-        "LOAD_TRACE_ARGS": "--clone-share 0.36 --free-end",
-    }
-    done = subprocess.run(
-        ["bash", str(ROOT / "bench/gpu/run_h200.sh")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    lines = dry_run(
+        "bench/gpu/run_h200.sh",
+        tmp_path,
+        LEVELS="64",
+        LOAD_TRACE="256",
+        LOAD_TRACE_ARGS="--clone-share 0.36 --free-end",
     )
-    assert done.returncode == 0, done.stdout + done.stderr
-    lines = done.stdout.splitlines()
     trace = next(i for i, line in enumerate(lines) if "bench.gpu.load_trace" in line)
     assert lines[trace].split(" > ")[0].endswith("--clone-share 0.36 --free-end")
     assert "--concurrency 256" in lines[trace]
@@ -173,32 +154,18 @@ def test_a_served_engines_trace_folder_is_packed_and_summarised(tmp_path: Path) 
 
 
 def test_the_h200_script_traces_the_served_engine_on_request(tmp_path: Path) -> None:
-    env = {
-        **os.environ,
-        "DRY_RUN": "1",
-        "LOCAL": "1",
-        "PYTHON": sys.executable,
-        "MODEL": "tiny",
-        "WORK": str(tmp_path / "work"),
-        "OUT": str(tmp_path / "out"),
-        "LEVELS": "256",
-        "SERVED_TRACE": "256",
-        "TALKER_OPTIONS": '{"engine_args": {"quantization": "fp8"}}',
-    }
-    done = subprocess.run(
-        ["bash", str(ROOT / "bench/gpu/run_h200.sh")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    lines = dry_run(
+        "bench/gpu/run_h200.sh",
+        tmp_path,
+        LEVELS="256",
+        SERVED_TRACE="256",
+        TALKER_OPTIONS='{"engine_args": {"quantization": "fp8"}}',
     )
-    assert done.returncode == 0, done.stdout + done.stderr
-    serve = next(line for line in done.stdout.splitlines() if "gateway.cli serve" in line)
+    serve = next(line for line in lines if "gateway.cli serve" in line)
     options = json.loads(serve.split("--talker-options ")[1].split(" > ")[0])
     assert options["engine_args"]["quantization"] == "fp8"  # the run's own options kept
     profiler = options["engine_args"]["profiler_config"]
     assert profiler["profiler"] == "torch"
     assert profiler["torch_profiler_dir"] == str(tmp_path / "work" / "served_trace_gateway")
-    summary = next(line for line in done.stdout.splitlines() if "--from-trace-dir" in line)
+    summary = next(line for line in lines if "--from-trace-dir" in line)
     assert str(tmp_path / "work" / "served_trace_gateway") in summary

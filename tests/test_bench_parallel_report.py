@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from script_support import dry_run
 
 from bench.gpu.parallel_report import capacity, main, meets_bound, read_layout, table
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _level(
@@ -92,28 +88,11 @@ def test_the_report_needs_named_folders(capsys: pytest.CaptureFixture[str]) -> N
 def test_the_two_gpu_script_dry_runs_each_layout(
     tmp_path: Path, layout: str, flag: str, levels: str
 ) -> None:
-    env = {
-        **os.environ,
-        "DRY_RUN": "1",
-        "LOCAL": "1",  # no vLLM kit here: the project's own environment
-        "LAYOUT": layout,
-        "PYTHON": sys.executable,
-        "MODEL": "tiny",
-        "WORK": str(tmp_path / "work"),
-        "OUT": str(tmp_path / "out"),
-    }
-    done = subprocess.run(
-        ["bash", str(ROOT / "bench/gpu/run_h200_x2.sh")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    serve = next(line for line in done.stdout.splitlines() if "gateway.cli serve" in line)
+    lines = dry_run("bench/gpu/run_h200_x2.sh", tmp_path, LAYOUT=layout)
+    out = "\n".join(lines)
+    serve = next(line for line in lines if "gateway.cli serve" in line)
     assert serve.split(" > ")[0].endswith(f"--port 8000 {flag}".rstrip())
     for c in levels.split(","):
-        assert f"/results_{layout}/sweep_c{c}" in done.stdout
-    assert f"/sweep_c{int(levels.split(',')[-1]) + 1}" not in done.stdout
-    assert "bench.gpu.parallel_report" in done.stdout
+        assert f"/results_{layout}/sweep_c{c}" in out
+    assert f"/sweep_c{int(levels.split(',')[-1]) + 1}" not in out
+    assert "bench.gpu.parallel_report" in out

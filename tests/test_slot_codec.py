@@ -9,6 +9,7 @@ it on the tiny random codec, the streamed float32 audio ~7e-6."""
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import numpy as np
 import pytest
@@ -25,7 +26,7 @@ from realtime_engine.codec.presets import PRESETS, get_preset
 from realtime_engine.codec.streaming import StreamingDecoder
 from realtime_engine.engines.base import ChunkingParams
 from realtime_engine.format import CODEBOOK_SIZE
-from realtime_engine.talker.codec_slots import CodecSlots
+from realtime_engine.talker.codec_slots import CodecSlots, tail_lengths
 from realtime_engine.talker.slot_codec import LISTENER_LOW_WATER_S, ChunkPlan, SlotCodec
 
 SLOTS = 4
@@ -393,16 +394,23 @@ def test_the_compiled_step_gives_the_eager_streams_arithmetic(codec: CodecDecode
 
 
 @pytest.mark.parametrize("size", [1, 4])
-def test_the_whole_tail_is_capturable_too(size: int) -> None:
-    """Every stream's last chunk needs the whole tail; the engine captures it per
-    bucket (``CodecSlots._run_tail``): the same checks as the step's."""
+@pytest.mark.parametrize("samples", [9458, 9458 - 2 * 960])
+def test_the_tails_are_capturable_too(size: int, samples: int) -> None:
+    """Every stream's last chunk needs the whole tail, `latency`'s chunks its first
+    ``delay - 2 * 960`` samples; the engine captures each per bucket
+    (``CodecSlots._run_tail``): the same checks as the step's."""
     meta = torch.device("meta")
     codec = CodecDecoder(CodecDims.tiny()).to(meta)
     slots = CodecSlots(codec, 4, bucket_tails=True)
     watch = DeviceOnlyOps(meta)
     with watch:
-        slots._run_tail(size)
+        slots._run_tail(size, samples)
     assert watch.offenders == []
+
+
+def test_the_captured_tails_are_the_whole_one_and_each_presets_edge() -> None:
+    # exact's 10-frame holdback covers the receptive field: it never peeks before the end
+    assert tail_lengths(9458, 960) == [9458 - 4 * 960, 9458 - 2 * 960, 9458]
 
 
 def test_last_chunks_from_padded_tail_buckets_equal_whole_decoding(codec: CodecDecoder) -> None:
@@ -434,6 +442,43 @@ def test_last_chunks_from_padded_tail_buckets_equal_whole_decoding(codec: CodecD
     for i, r in enumerate(rows):
         assert peak_error(h.audio(f"r{i}"), offline(codec, r)) <= 1e-5
     assert peak_error(h.audio("lone"), offline(codec, lone)) <= 1e-5
+
+
+@pytest.mark.parametrize("preset", ["latency", "balanced"])
+def test_speculative_edges_from_tail_buckets_equal_the_eager_ones(
+    codec: CodecDecoder, preset: str
+) -> None:
+    """`latency` and `balanced` complete every chunk's right edge with the start of a
+    tail: from a padded bucket (as captured) the chunks are the eager path's."""
+    rows = [talker_rows(n, seed) for seed, n in enumerate([30, 23])]
+    audio = {}
+    for bucketed in (False, True):
+        h = Harness(codec)
+        h.codec.device_codec = CodecSlots(codec, SLOTS, bucket_tails=bucketed)
+        stream_codec = h.codec.device_codec.stream_codec
+        peeks: list[tuple[int, int | None]] = []
+        peek = stream_codec.peek
+
+        def recording(
+            slots: torch.Tensor,
+            samples: int | None = None,
+            peek: Any = peek,
+            peeks: list[tuple[int, int | None]] = peeks,
+        ) -> torch.Tensor:
+            peeks.append((len(slots), samples))
+            return peek(slots, samples)
+
+        stream_codec.peek = recording  # type: ignore[method-assign]
+        for i, slot in enumerate([2, 0]):
+            h.open(f"r{i}", slot, 3 * i, get_preset(preset))
+        run(h, rows, [1, 2, 1, 3])
+        audio[bucketed] = [h.audio(f"r{i}") for i in range(len(rows))]
+        edge = 9458 - 960 * get_preset(preset).right_holdback_frames
+        assert any(samples == edge for _, samples in peeks)  # the edges were peeked
+        if bucketed:  # every edge ran padded to a bucket, as a captured graph would
+            assert all(n in (1, 2, 4) for n, _ in peeks)
+    for eager, bucketed in zip(audio[False], audio[True], strict=True):
+        assert peak_error(bucketed, eager) <= 1e-5
 
 
 @settings(max_examples=40, deadline=None)

@@ -21,9 +21,11 @@ issued, which may still read the slot's previous request.
 :meth:`chunks` cuts chunks out of the rings, completing a chunk's right edge
 with a speculative :meth:`StreamingCodec.peek` where the committed samples do
 not reach it yet (holdbacks under the receptive field, and the end of an
-utterance). The whole tail, which every stream's last chunk needs, is a
-captured graph per batch bucket too: eager, it is a few hundred small kernel
-launches per finished request, host time the engine core's step waits for.
+utterance). The whole tail, which every stream's last chunk needs, and the
+presets' speculative edges (:func:`tail_lengths`) are captured graphs per
+batch bucket too: eager, a tail is a few hundred small kernel launches, host
+time the engine core's step waits for, and the first chunk of `latency` and
+`balanced` with it.
 
 Sample ``j`` of a stream (whole-utterance decode numbering) lives at ring
 position ``j mod ring_len``. After ``F`` frames a slot has committed samples
@@ -47,6 +49,7 @@ from realtime_engine.format import (
     DEFAULT_CODEC_KERNELS,
     MAX_CHUNK_FRAMES,
     MAX_HOLDBACK_FRAMES,
+    PRESETS,
 )
 from realtime_engine.talker.vllm_sampler_graphs import bucket_sizes
 
@@ -57,9 +60,18 @@ logger = logging.getLogger("vllm.plugins.higgs_talker.codec")
 # planned (statuses reach the host a step or more late).
 RING_FRAMES = MAX_CHUNK_FRAMES + MAX_HOLDBACK_FRAMES + 32
 
-# The largest batch of whole tails run in fixed buckets (a step ends about one
+# The largest batch of tails run in fixed buckets (a step ends about one
 # request in 250 at full load; larger bursts run as several batches).
 TAIL_BATCH = 64
+
+
+def tail_lengths(delay: int, hop: int) -> list[int]:
+    """The tail lengths (samples) run from captured buckets: the whole tail (every
+    stream's last chunk) and each preset's speculative right edge (a holdback of
+    ``h`` frames under the receptive field needs the tail's first ``delay - hop h``
+    samples: ``latency`` and ``balanced`` on every chunk, their first included)."""
+    holdbacks = {preset.right_holdback_frames for preset in PRESETS.values()}
+    return sorted({delay} | {delay - hop * h for h in holdbacks if delay - hop * h > 0})
 
 
 class CodecCaptureError(RuntimeError):
@@ -80,7 +92,7 @@ class CodecSlots:
         ring_frames: int = RING_FRAMES,
         bucket_tails: bool | None = None,
     ) -> None:
-        """``bucket_tails``: run whole tails padded to the step's batch buckets, from
+        """``bucket_tails``: run tails padded to the step's batch buckets, from
         static buffers (default: where the step is captured, so they are too)."""
         if kernels not in CODEC_KERNELS:
             raise ValueError(f"codec kernels must be one of {CODEC_KERNELS}; got {kernels!r}")
@@ -117,9 +129,11 @@ class CodecSlots:
         # Whole tails (every stream's last chunk) from static buffers, per bucket.
         self._bucket_tails = self._want_graphs if bucket_tails is None else bucket_tails
         self._tail_sizes = [s for s in self._sizes if s <= TAIL_BATCH] or self._sizes[:1]
+        self._tail_lengths = tail_lengths(self.delay, self.hop)
         self._tail_in = torch.full_like(self._slot_in[: self._tail_sizes[-1]], self.trash)
-        self._tail_out: dict[int, torch.Tensor] = {}
-        self._tail_graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        # per (bucket, tail length)
+        self._tail_out: dict[tuple[int, int], torch.Tensor] = {}
+        self._tail_graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         # The whole step through torch.compile: traced once, for a dynamic batch,
         # before any graph is captured.
         self._advance_fn: Callable[[torch.Tensor, torch.Tensor], None] = self._advance
@@ -156,7 +170,8 @@ class CodecSlots:
                 self._run(size)
             if self._bucket_tails:
                 for size in self._tail_sizes:
-                    self._run_tail(size)
+                    for samples in self._tail_lengths:
+                        self._run_tail(size, samples)
         torch.cuda.current_stream(self.device).wait_stream(side)
         if not self._want_graphs:
             return
@@ -171,17 +186,19 @@ class CodecSlots:
                 # a pool of their own: each bucket's output stays allocated
                 pool = torch.cuda.graph_pool_handle()
                 for size in reversed(self._tail_sizes):
-                    graph = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
-                        self._run_tail(size)
-                    self._tail_graphs[size] = graph
+                    for samples in self._tail_lengths:
+                        graph = torch.cuda.CUDAGraph()
+                        with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+                            self._run_tail(size, samples)
+                        self._tail_graphs[size, samples] = graph
         except RuntimeError as e:
             self._graphs.clear()
             self._tail_graphs.clear()
             raise CodecCaptureError(f"capturing the codec step as CUDA graphs failed: {e}") from e
         logger.info(
-            "captured the codec step for batch sizes %s, its whole tail for %s",
+            "captured the codec step for batch sizes %s, its tails of %s samples for %s",
             self._sizes,
+            self._tail_lengths,
             self._tail_sizes if self._bucket_tails else [],
         )
 
@@ -330,26 +347,29 @@ class CodecSlots:
         return out
 
     def _peek(self, index: torch.Tensor, samples: int) -> torch.Tensor:
-        """The first ``samples`` of the slots' tails; a whole tail from its bucket's
-        graph (or static buffers), padded with the trash slot."""
+        """The first ``samples`` of the slots' tails; one of :func:`tail_lengths` from
+        its bucket's graph (or static buffers), padded with the trash slot. Eager,
+        a tail is a few hundred small launches on the host's time, which a
+        preset's first chunk waits for."""
         n = index.shape[0]
-        if not self._bucket_tails or samples != self.delay or n > self._tail_sizes[-1]:
+        bucketed = samples in self._tail_lengths and n <= self._tail_sizes[-1]
+        if not self._bucket_tails or not bucketed:
             return self.stream_codec.peek(index, samples)
         size = next(s for s in self._tail_sizes if s >= n)
         # written on the codec stream, after the last tail read them
         self._tail_in[:n].copy_(index)
         if size > n:
             self._tail_in[n:size].fill_(self.trash)
-        graph = self._tail_graphs.get(size)
+        graph = self._tail_graphs.get((size, samples))
         if graph is not None:
             graph.replay()
         else:
-            self._run_tail(size)
-        # valid until the next whole tail on this stream: the caller uses it first
-        return self._tail_out[size][:n]
+            self._run_tail(size, samples)
+        # valid until the next tail of this bucket and length: the caller uses it first
+        return self._tail_out[size, samples][:n]
 
-    def _run_tail(self, size: int) -> None:
-        self._tail_out[size] = self.stream_codec.peek(self._tail_in[:size], self.delay)
+    def _run_tail(self, size: int, samples: int) -> None:
+        self._tail_out[size, samples] = self.stream_codec.peek(self._tail_in[:size], samples)
 
     # -- helpers ---------------------------------------------------------------------
 

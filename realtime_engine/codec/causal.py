@@ -221,12 +221,6 @@ class CausalDac:
             self._step_masks[key] = mask
         return mask
 
-    def zero_state(self, batch: int, device: torch.device, dtype: torch.dtype) -> State:
-        return [
-            torch.zeros(batch, s.channels, s.length, device=device, dtype=dtype)
-            for s in self.buffers
-        ]
-
     def advance(
         self, state: State, frames_fed: torch.Tensor, x: torch.Tensor
     ) -> tuple[torch.Tensor, State]:

@@ -1,12 +1,14 @@
 """Batched streaming codec: per-slot cached layer state, every sample computed once.
 
 ``StreamingCodec(codec, max_slots)`` keeps the causal layers' state of up
-to ``max_slots`` streams in ``[max_slots, C, L]`` tensors on the codec's
-device. A call steps any set of slots at once: it gathers their state by
-slot index, runs the layers on the new frames only, and scatters the new
-state back. Shapes depend only on the batch size and the frames per call,
-and nothing reads device values back to the host, so a call can be
-captured as a CUDA graph per batch size.
+to ``max_slots`` streams in one ``[max_slots, elements]`` tensor on the
+codec's device, each layer's buffer a ``[max_slots, C, L]`` view of it. A
+call steps any set of slots at once: it gathers their state by slot index
+(one indexed kernel for every buffer), runs the layers on the new frames
+only, writes the new state into the gathered copy and scatters that back
+(one indexed kernel); a reset is one kernel. Shapes depend only on the
+batch size and the frames per call, and nothing reads device values back
+to the host, so a call can be captured as a CUDA graph per batch size.
 
 Slot ``s``'s output, concatenated over ``step`` calls and ``flush``, is the
 whole-utterance decode of the frames it was given, preceded by
@@ -37,8 +39,10 @@ Slots = torch.Tensor | Sequence[int]
 
 @dataclass(frozen=True)
 class SavedSlots:
-    """The state of some slots, detached from the codec (preemption)."""
+    """The state of some slots, detached from the codec (preemption): ``flat``
+    ``[n, elements]``, ``buffers`` the layers' views of it."""
 
+    flat: torch.Tensor
     buffers: tuple[torch.Tensor, ...]
     frames_fed: torch.Tensor
 
@@ -66,7 +70,11 @@ class StreamingCodec:
         self.hop = codec.hop
         self.num_quantizers = codec.dims.num_quantizers
         self.codebook_size = codec.dims.codebook_size
-        self.state: State = self.layers.zero_state(max_slots, self.device, codec.fc2.weight.dtype)
+        self._elements = [spec.channels * spec.length for spec in self.layers.buffers]
+        self.flat = torch.zeros(
+            max_slots, sum(self._elements), device=self.device, dtype=codec.fc2.weight.dtype
+        )
+        self.state: State = self._views(self.flat)
         self.frames_fed = torch.zeros(max_slots, dtype=torch.int64, device=self.device)
         self.slots = SlotPool()  # for host-side streams (StreamingDecoder)
 
@@ -83,15 +91,24 @@ class StreamingCodec:
             host = host.pin_memory()
         return host.to(self.device, non_blocking=True)
 
+    def _views(self, flat: torch.Tensor) -> State:
+        """Each layer's buffer ``[rows, C, L]`` as a view of ``flat`` ``[rows, elements]``."""
+        views, at = [], 0
+        for spec, n in zip(self.layers.buffers, self._elements, strict=True):
+            views.append(flat[:, at : at + n].view(flat.shape[0], spec.channels, spec.length))
+            at += n
+        return views
+
     def ensure_slots(self, count: int) -> None:
         """Grow the state to at least ``count`` slots (eager use only: a
         captured graph keeps the tensors it was captured with)."""
         if count <= self.max_slots:
             return
         grown = max(count, 2 * self.max_slots)
-        extra = self.layers.zero_state(grown - self.max_slots, self.device, self.state[0].dtype)
-        self.state = [torch.cat([b, e]) for b, e in zip(self.state, extra, strict=True)]
-        self.frames_fed = torch.cat([self.frames_fed, self.frames_fed.new_zeros(len(extra[0]))])
+        extra = self.flat.new_zeros(grown - self.max_slots, self.flat.shape[1])
+        self.flat = torch.cat([self.flat, extra])
+        self.state = self._views(self.flat)
+        self.frames_fed = torch.cat([self.frames_fed, self.frames_fed.new_zeros(len(extra))])
         self.max_slots = grown
 
     # -- lifecycle ---------------------------------------------------------
@@ -99,25 +116,21 @@ class StreamingCodec:
         """Start new, empty streams in ``slots`` (nothing of the previous
         stream survives)."""
         index = self._index(slots)
-        for buffer in self.state:
-            buffer.index_fill_(0, index, 0.0)
+        self.flat.index_fill_(0, index, 0.0)
         self.frames_fed.index_fill_(0, index, 0)
 
     def save(self, slots: Slots) -> SavedSlots:
         """A copy of the slots' state, to :meth:`restore` later, into the same
         or other slots (preempt a stream, resume it elsewhere)."""
         index = self._index(slots)
-        return SavedSlots(
-            tuple(b.index_select(0, index) for b in self.state),
-            self.frames_fed.index_select(0, index),
-        )
+        flat = self.flat.index_select(0, index)
+        return SavedSlots(flat, tuple(self._views(flat)), self.frames_fed.index_select(0, index))
 
     def restore(self, slots: Slots, saved: SavedSlots) -> None:
         index = self._index(slots)
         if saved.frames_fed.shape[0] != index.shape[0]:
             raise ValueError(f"saved {saved.frames_fed.shape[0]} slots; restoring {index.shape[0]}")
-        for buffer, value in zip(self.state, saved.buffers, strict=True):
-            buffer.index_copy_(0, index, value.to(buffer.device))
+        self.flat.index_copy_(0, index, saved.flat.to(self.flat.device, self.flat.dtype))
         self.frames_fed.index_copy_(0, index, saved.frames_fed.to(self.device))
 
     # -- decoding ----------------------------------------------------------
@@ -134,12 +147,16 @@ class StreamingCodec:
         """:meth:`step`'s body for a device slot index, in the caller's grad mode
         and precision context: plain tensor operations only, so that it can be
         traced whole by ``torch.compile``."""
-        state = [b.index_select(0, index) for b in self.state]
+        gathered = self.flat.index_select(0, index)
+        state = self._views(gathered)
         fed = self.frames_fed.index_select(0, index)
         x = self.codec.acoustic_input(codes)
         pcm, new = self.layers.advance(state, fed, x)
-        for buffer, value in zip(self.state, new, strict=True):
-            buffer.index_copy_(0, index, value.to(buffer.dtype))
+        # The pass has read every cached buffer (its new state lies in fresh
+        # tensors): overwrite the gathered copy, then scatter it in one kernel.
+        for buffer, value in zip(state, new, strict=True):
+            buffer.copy_(value)
+        self.flat.index_copy_(0, index, gathered)
         self.frames_fed.index_add_(0, index, torch.full_like(fed, codes.shape[-1]))
         return pcm
 
@@ -150,7 +167,7 @@ class StreamingCodec:
         ``h`` frames of holdback needs ``delay - 960 h``); the state is
         unchanged."""
         index = self._index(slots)
-        state = [b.index_select(0, index) for b in self.state]
+        state = self._views(self.flat.index_select(0, index))
         with self.codec.compute_context():
             return self.layers.tail(state, self.frames_fed.index_select(0, index), samples)
 

@@ -7,9 +7,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from server_process import server_process
 
 from gateway.app import create_app
 from gateway.device_trace import TRACE_SIGNAL, DeviceTraceSignal
@@ -89,3 +92,20 @@ async def test_the_reference_talker_says_it_records_no_trace(reference_engine: A
     assert isinstance(reference_engine, DeviceTracing)
     with pytest.raises(EngineError, match="records no device traces"):
         await reference_engine.toggle_device_trace()
+
+
+@pytest.mark.slow
+async def test_a_served_gateway_survives_the_signal_and_logs_why_it_takes_no_trace(
+    tiny_checkpoint: Path,
+) -> None:
+    """Under the real server (uvicorn, the CLI's own signal handling) the signal
+    reaches the handler: without it, ``SIGUSR2`` would end the process."""
+    args = ["--engine", "higgs", "--model", str(tiny_checkpoint), "--device", "cpu"]
+    async with server_process([*args, "--talker", "reference"]) as server:
+        server.proc.send_signal(TRACE_SIGNAL)
+        async with asyncio.timeout(30):
+            while "records no device traces" not in server.output():
+                await asyncio.sleep(0.05)  # the child's log, read by its pump thread
+        assert server.proc.poll() is None
+        async with httpx.AsyncClient() as http:
+            assert (await http.get(f"{server.url}/health")).status_code == 200

@@ -100,7 +100,6 @@ class GatewayTarget:
     async def _read(self, record: StreamRecord, ctx: Context) -> None:
         failed = None
         cap_ms = None if self.audio_seconds is None else self.audio_seconds * 1000.0
-        cut = self.cut_at_cap
         received_ms = 0.0
         capped = False
         async for item in ctx.events():
@@ -129,7 +128,7 @@ class GatewayTarget:
                 )
                 received_ms += item.duration_ms
                 # within half a 20 ms frame of the cap counts as reaching it
-                if cut and cap_ms is not None and received_ms >= cap_ms - 10.0:
+                if self.cut_at_cap and cap_ms is not None and received_ms >= cap_ms - 10.0:
                     capped = True
                     record.t_done = item.received_at
                     record.tags["capped"] = True

@@ -166,6 +166,15 @@ def summarise(trace: Path) -> tuple[dict[str, Any], str]:
     return summary, device_report(summary, len(rows) + 1) + "\n" + report(rows)
 
 
+def report_traces(trace_dir: Path, out: Path) -> dict[str, Any]:
+    """Pack the profiler's traces in ``trace_dir`` into ``out/load_trace.tar.gz``,
+    write and print their report (``out/load_trace.txt``); the device-time summary."""
+    summary, text = summarise(pack_traces(trace_dir, out / "load_trace.tar.gz"))
+    (out / "load_trace.txt").write_text(text)
+    print(text, flush=True)
+    return summary
+
+
 async def _stream_forever(
     runner: Any,
     prompts: tuple[Any, Any],
@@ -251,10 +260,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await runner.close()
-    summary, text = summarise(pack_traces(trace_dir, Path(args.out) / "load_trace.tar.gz"))
-    out["device"] = summary
-    (Path(args.out) / "load_trace.txt").write_text(text)
-    print(text, flush=True)
+    out["device"] = report_traces(trace_dir, Path(args.out))
     return out
 
 
@@ -297,11 +303,8 @@ def main(argv: list[str] | None = None) -> int:
         print(summarise(args.from_trace)[1], end="")
         return 0
     if args.from_trace_dir is not None:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        text = summarise(pack_traces(args.from_trace_dir, out / "load_trace.tar.gz"))[1]
-        (out / "load_trace.txt").write_text(text)
-        print(text, end="")
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        report_traces(args.from_trace_dir, Path(args.out))
         return 0
     Path(args.out).mkdir(parents=True, exist_ok=True)
     report_ = asyncio.run(run(args))

@@ -169,3 +169,17 @@ def test_the_h200_script_traces_the_served_engine_on_request(tmp_path: Path) -> 
     assert profiler["torch_profiler_dir"] == str(tmp_path / "work" / "served_trace_gateway")
     summary = next(line for line in lines if "--from-trace-dir" in line)
     assert str(tmp_path / "work" / "served_trace_gateway") in summary
+
+
+def test_the_h200_script_runs_a_second_sweep_on_the_same_server(tmp_path: Path) -> None:
+    lines = dry_run(
+        "bench/gpu/run_h200.sh", tmp_path, LEVELS="64", SWEEP_B_LEVELS="256", HTTP_LEVELS=""
+    )
+    starts = [i for i, line in enumerate(lines) if "gateway.cli serve" in line]
+    assert len(starts) == 1  # one server for both sweeps
+    second = [line for line in lines if "sweep_b_c256" in line and "bench" in line]
+    assert second and all("--no-cut" in line for line in second if "--url" in line)
+    first = [line for line in lines if "sweep_c64" in line and "--url" in line]
+    assert first and not any("--no-cut" in line for line in first)
+    merged = next(line for line in lines if "report merge" in line and " sweep_b " in line)
+    assert "sweep_b_c256.json" in merged

@@ -30,6 +30,7 @@ from bench.sweep import table
 SECTIONS = (
     ("presets", "Time to first audio per latency preset (concurrency 1)"),
     ("sweep", "Closed-loop concurrency sweep (WebSocket, fixed audio length)"),
+    ("sweep_b", "Second sweep on the same server (SWEEP_B_ARGS)"),
     ("http", "Gateway over HTTP (same request as the peer)"),
     ("peer", "Peer (vllm-omni) over HTTP"),
     ("fallback", "Gateway with the reference talker (vLLM talker did not start)"),

@@ -25,6 +25,8 @@
 #   PRESETS [latency,balanced,exact]  PRESET_WARMUP [3]  PRESET_DURATION [10]  PRESET_MAX_AUDIO [2]
 #   LEVELS [1,16,64,128,256,384]  SWEEP_WARMUP [10]  SWEEP_DURATION [15]  AUDIO_SECONDS [10]
 #   SWEEP_SESSION [{"output": {"frame_ms": 60}}]  SWEEP_ARGS [--no-decode]
+#   SWEEP_B_LEVELS ["": off]  SWEEP_B_ARGS [--no-decode --no-cut]: a second sweep on the same server
+#   right after the first (sweep_b.json), e.g. streams that end on their own instead of being cut
 #   TOKENS_PER_S [0: all text at once, so TTFA is the system's; 30 paces it like an LLM]
 #   HTTP_LEVELS [1,64] ("" skips)  HTTP_WARMUP [5]  HTTP_DURATION [15]
 #   PEER_LEVELS [1,16,64]  PEER_PROFILE [high_throughput]  PEER_START_TIMEOUT [420]
@@ -74,6 +76,8 @@ SWEEP_DURATION=${SWEEP_DURATION:-15}
 AUDIO_SECONDS=${AUDIO_SECONDS:-10}
 SWEEP_SESSION=${SWEEP_SESSION:-'{"output": {"frame_ms": 60}}'}
 SWEEP_ARGS=${SWEEP_ARGS---no-decode}
+SWEEP_B_LEVELS=${SWEEP_B_LEVELS:-}
+SWEEP_B_ARGS=${SWEEP_B_ARGS---no-decode --no-cut}
 TOKENS_PER_S=${TOKENS_PER_S:-0}
 HTTP_LEVELS=${HTTP_LEVELS-1,64}
 HTTP_WARMUP=${HTTP_WARMUP:-5}
@@ -504,6 +508,8 @@ profile_level() {
 trace_level() {
   local c=$1 warm=0 p; shift
   [ "$c" = "$SERVED_TRACE" ] || return 0
+  [ -e "$RES/.traced" ] && return 0   # once per run: a second sweep at C keeps the first's trace
+  [ "$DRY_RUN" = 1 ] || touch "$RES/.traced"
   while [ $# -gt 0 ]; do [ "$1" = --warmup ] && warm=$2; shift; done
   sleep $(( warm + 1 ))
   for p in /proc/[0-9]*; do   # the gateway's python, not its timeout(1) wrapper
@@ -600,6 +606,11 @@ gateway_phase() {
     # shellcheck disable=SC2086  # SWEEP_ARGS is a list of flags
     sweep sweep "$LEVELS" "$SWEEP_WARMUP" "$SWEEP_DURATION" --url "http://127.0.0.1:$PORT" \
       --session "$SWEEP_SESSION" $SWEEP_ARGS
+    if [ -n "$SWEEP_B_LEVELS" ]; then
+      # shellcheck disable=SC2086  # SWEEP_B_ARGS is a list of flags
+      sweep sweep_b "$SWEEP_B_LEVELS" "$SWEEP_WARMUP" "$SWEEP_DURATION" --url "http://127.0.0.1:$PORT" \
+        --session "$SWEEP_SESSION" $SWEEP_B_ARGS
+    fi
     if [ -n "$HTTP_LEVELS" ]; then
       sweep http "$HTTP_LEVELS" "$HTTP_WARMUP" "$HTTP_DURATION" --url "http://127.0.0.1:$PORT" --http
     fi

@@ -190,7 +190,7 @@ class RunnerStatsLike(Protocol):
     def mean_step_s(self) -> float: ...
 
     @property
-    def waiting(self) -> int: ...
+    def waiting(self) -> int | None: ...  # None: the engine does not know
 
 
 class RankCountersLike(Protocol):
@@ -263,7 +263,8 @@ class EngineStatsSampler:
             by_batch = self._metrics.engine_step_seconds_by_batch
             by_batch.labels(batch=batch_bucket(batch)).observe(step_s)
         self._steps, self._total_s, self._rows = stats.steps, total_s, stats.rows
-        self._metrics.engine_waiting.set(stats.waiting)
+        if stats.waiting is not None:
+            self._metrics.engine_waiting.set(stats.waiting)
 
 
 class EnginePoller:

@@ -69,3 +69,22 @@ async def test_outbound_depth_counts_the_items_of_every_live_queue() -> None:
     del second
     gc.collect()
     assert sample(metrics, "speech_outbound_queue_depth") == 0
+
+
+def test_the_vllm_talkers_engine_cores_fill_the_step_histograms() -> None:
+    from realtime_engine.talker.vllm_protocol import StepStats
+    from realtime_engine.talker.vllm_runner import sum_step_stats
+
+    metrics = GatewayMetrics()
+    metrics.engine_waiting.set(5)
+    sampler = EngineStatsSampler(metrics)
+    assert sum_step_stats({}) is None  # nothing heard yet
+    # two data-parallel cores: 10 steps of batch 4 at 5 ms, 30 of batch 2 at 10 ms
+    first = {0: StepStats(10, 40, 10, 0.050), 1: StepStats(30, 60, 30, 0.300)}
+    total = sum_step_stats(first)
+    assert total is not None and (total.steps, total.rows) == (40, 100)
+    assert abs(total.mean_step_s - 0.35 / 40) < 1e-12
+    sampler.observe(total)
+    assert sample(metrics, "speech_engine_batch_size_sum") == 100 / 40
+    assert abs(sample(metrics, "speech_engine_step_seconds_sum") - 0.35 / 40) < 1e-12
+    assert sample(metrics, "speech_engine_waiting_requests") == 5  # not known: left alone

@@ -25,7 +25,15 @@ from realtime_engine.codec.layout import CodecDims, random_codec_state_dict
 from realtime_engine.codec.presets import get_preset
 from realtime_engine.engines.base import ChunkingParams
 from realtime_engine.talker.vllm_audio import VllmAudio
-from realtime_engine.talker.vllm_protocol import FailureEvent, PcmEvent, RowEvent, TalkerArgs
+from realtime_engine.talker.vllm_protocol import (
+    Event,
+    FailureEvent,
+    PcmEvent,
+    RowEvent,
+    StatsEvent,
+    StepStats,
+    TalkerArgs,
+)
 from realtime_engine.talker.vllm_publish import StepRows
 from realtime_engine.talker.vllm_rows import RowReceiver
 
@@ -42,13 +50,17 @@ def codec() -> CodecDecoder:
 class Inbox:
     def __init__(self) -> None:
         self.events: list[PcmEvent | FailureEvent] = []
+        self.stats: list[StepStats] = []
         self._lock = threading.Condition()
         self.receiver = RowReceiver(self._deliver)
 
-    def _deliver(self, event: RowEvent | FailureEvent | PcmEvent) -> None:
+    def _deliver(self, event: Event) -> None:
         assert not isinstance(event, RowEvent)
         with self._lock:
-            self.events.append(event)
+            if isinstance(event, StatsEvent):
+                self.stats.append(event.stats)
+            else:
+                self.events.append(event)
             self._lock.notify_all()
 
     def wait_for(self, done: int) -> None:
@@ -274,3 +286,53 @@ def test_the_last_request_removed_sends_its_final_chunk_without_another_step(
     audio.remove("z")  # the engine is idle from here on
     inbox.wait_for(1)
     assert close_to_peak(inbox.audio("z"), offline(codec, rows))
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 64.0  # and steps of 1/64 and 1/32 s: exact in binary
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_step_counters_time_close_steps_and_go_out_twice_a_second(
+    codec: CodecDecoder, inbox: Inbox
+) -> None:
+    clock = FakeClock()
+    table = torch.zeros(SLOTS, POSITIONS, 8, dtype=torch.int16)
+    audio = VllmAudio(codec, table, clock=clock)
+    rows = apply_delay(np.zeros((80, 8), dtype=np.int64))
+    endpoint = inbox.receiver.endpoint
+    audio.open(args("x", endpoint, get_preset("exact")), 0, PROMPT)
+    audio.open(args("y", endpoint, get_preset("exact")), 1, PROMPT)
+    for i in range(10):  # two requests, a step every 1/64 s
+        step(audio, table, [("x", 0, i, rows, False), ("y", 1, i, rows, False)])
+        clock.now += 1 / 64
+    clock.now += 5.0  # idle: the next step is counted, not timed
+    for i in range(10, 70):  # one request, a step every 1/32 s
+        step(audio, table, [("x", 0, i, rows, False)])
+        clock.now += 1 / 32
+    assert (audio.steps.steps, audio.steps.rows) == (70, 80)
+    assert audio.steps.timed_steps == 68
+    assert audio.steps.step_s == pytest.approx(9 / 64 + 59 / 32)
+    # sent at the first step, then once STATS_INTERVAL_S passed: after the gap,
+    # then every 16 steps of 1/32 s
+    with inbox._lock:
+        assert inbox._lock.wait_for(lambda: len(inbox.stats) >= 5, timeout=10)
+    assert [s.steps for s in inbox.stats] == [1, 11, 27, 43, 59]
+    assert [s.rows for s in inbox.stats][:2] == [2, 21]
+    assert all(s.timed_steps <= s.steps and s.rank is None for s in inbox.stats)
+
+
+def test_steps_without_audio_requests_are_not_counted(codec: CodecDecoder) -> None:
+    table = torch.zeros(SLOTS, POSITIONS, 8, dtype=torch.int16)
+    audio = VllmAudio(codec, table)
+    packed = StepRows(
+        rows=torch.zeros(2, 8, dtype=torch.int64),
+        valid=torch.ones(2, dtype=torch.bool),
+        done=torch.zeros(2, dtype=torch.bool),
+        index=torch.zeros(2, dtype=torch.int64),
+    ).packed()
+    audio.after_step(packed, [None, None])
+    assert audio.steps.steps == 0

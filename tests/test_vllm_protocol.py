@@ -31,12 +31,15 @@ from realtime_engine.talker.vllm_protocol import (
     RowEvent,
     RowHeader,
     RowMessageError,
+    StatsEvent,
+    StepStats,
     TalkerArgs,
     TalkerArgsError,
     decode_message,
     encode_failure,
     encode_pcm,
     encode_rows,
+    encode_stats,
     engine_prompt,
 )
 from realtime_engine.talker.vllm_publish import StepRows, split_by_endpoint
@@ -384,3 +387,29 @@ def test_recent_codes_reads_each_slots_last_rows_oldest_first() -> None:
     assert got.shape == (2, 8, 4)
     assert got[0, 0].tolist() == [102, 103, 104, 105]
     assert got[1, 3].tolist() == [-1, -1, 0, 1]
+
+
+def test_step_counters_cross_with_the_senders_rank() -> None:
+    stats = StepStats(steps=12, rows=300, timed_steps=11, step_s=0.125)
+    assert decode_message(encode_stats(stats)) == [StatsEvent(stats)]
+    (ranked,) = decode_message(encode_stats(stats, rank=1))
+    assert isinstance(ranked, StatsEvent) and ranked.stats.rank == 1
+    own = StepStats(1, 2, 0, 0.0, rank=3)  # the counters' own rank wins
+    (kept,) = decode_message(encode_stats(own, rank=1))
+    assert isinstance(kept, StatsEvent) and kept.stats.rank == 3
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"[1, 2, 3]",  # too few fields
+        b"[-1, 2, 0, 0.0, null]",  # a negative count
+        b"[1, 2, 2, 0.0, null]",  # more timed steps than steps
+        b"[1, 2, 1, -0.5, null]",  # negative time
+        b"[1, 2, 1, NaN, null]",
+        b'[1, 2, 1, "x", null]',
+    ],
+)
+def test_malformed_step_counters_are_refused(head: bytes) -> None:
+    with pytest.raises(RowMessageError):
+        decode_message([b"S", head, b""])

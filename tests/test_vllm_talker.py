@@ -316,8 +316,14 @@ def test_audio_from_the_engine_core_equals_the_offline_decode_of_the_greedy_rows
             await asyncio.sleep(0.1 * (i + 1))  # joins while the others decode
         return list(await asyncio.gather(*tasks))
 
+    before = runner.stats()
     for got, rows in zip(loops.run(staggered()), reference_rows, strict=True):
         assert_close_to_peak(got, offline_audio(checkpoint_codec, rows))
+    # The engine core's step counters came with the audio (every half second
+    # while requests run; these ran for more than one): steps and their batch.
+    after = runner.stats()
+    assert after is not None and after.steps > (before.steps if before else 0)
+    assert after.rows >= after.steps and after.mean_step_s >= 0.0
 
 
 def test_an_audio_request_gets_its_rows_back_with_its_final_chunk_when_it_asks(

@@ -16,6 +16,10 @@ completes) ends the engine core process (:mod:`.device_watchdog`).
 
 The host learns a step's rows when its event has completed: at the start of
 the next step at best. Nothing here waits for the device.
+
+The steps are counted too (:class:`StepCounter`): about twice a second the
+counters go to the destinations of the requests in flight, so the serving
+process can show the engine's step time and batch size.
 """
 
 from __future__ import annotations
@@ -37,12 +41,47 @@ from realtime_engine.format import DEFAULT_CODEC_KERNELS
 from realtime_engine.talker.device_watchdog import DeviceWatchdog, process_watchdog
 from realtime_engine.talker.slot_codec import ChunkPlan, SlotCodec, SlotStream
 from realtime_engine.talker.types import MAX_RETURNED_ROWS, NUM_CODEBOOKS
-from realtime_engine.talker.vllm_protocol import PcmHeader, TalkerArgs
+from realtime_engine.talker.vllm_protocol import PcmHeader, StepStats, TalkerArgs
 from realtime_engine.talker.vllm_rows import RowPusher
 
 logger = logging.getLogger(__name__)
 
 _QUEUE_BATCHES = 256
+# How often the step counters go out while requests are in flight.
+STATS_INTERVAL_S = 0.5
+# A step that follows the previous one by more than this came after an idle
+# gap: counted, but not timed.
+_IDLE_GAP_S = 0.25
+
+
+class StepCounter:
+    """Cumulative sampling steps with audio requests, their batch, their time."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._clock = clock
+        self.steps = 0
+        self.rows = 0
+        self.timed_steps = 0
+        self.step_s = 0.0
+        self._last: float | None = None
+        self._sent_at: float | None = None
+
+    def step(self, batch: int) -> None:
+        now = self._clock()
+        self.steps += 1
+        self.rows += batch
+        if self._last is not None and now - self._last <= _IDLE_GAP_S:
+            self.timed_steps += 1
+            self.step_s += now - self._last
+        self._last = now
+
+    def due(self) -> StepStats | None:
+        """The counters, when it is time to send them again (else None)."""
+        now = self._clock()
+        if self._sent_at is not None and now - self._sent_at < STATS_INTERVAL_S:
+            return None
+        self._sent_at = now
+        return StepStats(self.steps, self.rows, self.timed_steps, self.step_s)
 
 
 class StepEvent(Protocol):
@@ -76,6 +115,7 @@ class _Outgoing:
     # asked for them on their final chunk (copied behind ``rows_event``).
     rows: list[torch.Tensor | None] | None = None
     rows_event: torch.cuda.Event | None = None
+    stats: StepStats | None = None  # step counters for every endpoint instead
 
 
 class VllmAudio:
@@ -92,6 +132,7 @@ class VllmAudio:
         kernels: str = DEFAULT_CODEC_KERNELS,
         step_event: Callable[[], StepEvent] | None = None,
         watchdog: DeviceWatchdog | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         """``step_event``: on CPU, where a step is complete when the host has it,
         makes each step's status wait for an event of this factory instead (to
@@ -112,6 +153,7 @@ class VllmAudio:
         self._pusher = RowPusher()
         self._outgoing: queue.Queue[_Outgoing] = queue.Queue(maxsize=_QUEUE_BATCHES)
         self._watchdog = watchdog
+        self.steps = StepCounter(clock)
         if self._cuda:
             if self._watchdog is None:
                 self._watchdog = process_watchdog()
@@ -171,7 +213,9 @@ class VllmAudio:
     def after_step(self, packed: torch.Tensor, keys: list[str | None]) -> None:
         """The sampler wrote this step's rows; ``packed`` ``[B, N + 3]`` (see
         :meth:`StepRows.packed`), ``keys`` the audio request of each batch row."""
-        if any(k is not None for k in keys):
+        batch = sum(k is not None for k in keys)
+        if batch:
+            self._count_step(batch)
             status = packed[:, NUM_CODEBOOKS:].contiguous()
             if self._cuda:
                 host = torch.empty(status.shape, dtype=status.dtype, pin_memory=True)
@@ -291,6 +335,15 @@ class VllmAudio:
             if args is not None:
                 self.fail(args, f"codec decode failed: {error}")
 
+    def _count_step(self, batch: int) -> None:
+        self.steps.step(batch)
+        stats = self.steps.due()
+        if stats is None:
+            return
+        endpoints = sorted({args.endpoint for args in self._args.values()})
+        if endpoints:
+            self._send(_Outgoing(None, None, [], endpoints, [], stats=stats))
+
     # -- sending ---------------------------------------------------------------------
 
     def _send(self, item: _Outgoing) -> None:
@@ -302,6 +355,10 @@ class VllmAudio:
     def _push(self, item: _Outgoing) -> None:
         if item.failure is not None:
             self._pusher.push_failure(item.endpoints[0], *item.failure)
+            return
+        if item.stats is not None:
+            for endpoint in item.endpoints:
+                self._pusher.push_stats(endpoint, item.stats)
             return
         if item.event is not None:
             self._wait(item.event, "a batch of chunks")

@@ -9,7 +9,8 @@ is the last, and (first chunk only) the worker's stage stamps, plus the
 samples as little-endian float32. A request without chunking gets its code
 rows instead (tools, tests): a JSON header naming each row's request, row
 index and whether it is the last, plus the rows as little-endian int16
-``[k, 8]``.
+``[k, 8]``. About twice a second an engine core with requests also sends its
+step counters (:class:`StepStats`) to their destinations, for ``/metrics``.
 """
 
 from __future__ import annotations
@@ -190,9 +191,31 @@ class PcmEvent:
     rank: int | None = None  # data-parallel rank of the engine core that sent it
 
 
+@dataclass(frozen=True)
+class StepStats:
+    """One engine core's cumulative step counters (sent alongside the audio).
+
+    ``steps``: sampling steps with audio requests; ``rows``: the audio requests
+    in them, summed (a step's batch); ``timed_steps`` of them, those that
+    followed another step closely (not the first after an idle gap), took
+    ``step_s`` seconds together."""
+
+    steps: int
+    rows: int
+    timed_steps: int
+    step_s: float
+    rank: int | None = None  # data-parallel rank of the engine core
+
+
+@dataclass(frozen=True)
+class StatsEvent:
+    stats: StepStats
+
+
 _ROWS = b"R"
 _FAILURE = b"E"
 _PCM = b"P"
+_STATS = b"S"
 
 
 def encode_rows(headers: Sequence[RowHeader], rows: np.ndarray) -> list[bytes]:
@@ -284,7 +307,28 @@ def encode_failure(correlation_id: str, reason: str) -> list[bytes]:
     return [_FAILURE, json.dumps([correlation_id, reason]).encode(), b""]
 
 
-def decode_message(frames: Sequence[bytes]) -> list[RowEvent | FailureEvent | PcmEvent]:
+def encode_stats(stats: StepStats, rank: int | None = None) -> list[bytes]:
+    """An engine core's step counters; ``rank`` fills in one the counters lack."""
+    own = stats.rank if stats.rank is not None else rank
+    head = [stats.steps, stats.rows, stats.timed_steps, stats.step_s, own]
+    return [_STATS, json.dumps(head).encode(), b""]
+
+
+def _decode_stats(head: Any) -> StatsEvent:
+    steps, rows, timed, seconds, rank = head
+    stats = StepStats(
+        int(steps), int(rows), int(timed), float(seconds), None if rank is None else int(rank)
+    )
+    counts = (stats.steps, stats.rows, stats.timed_steps, stats.rank or 0)
+    if min(counts) < 0 or not 0.0 <= stats.step_s < float("inf") or stats.timed_steps > stats.steps:
+        raise RowMessageError(f"bad step counters: {head}")
+    return StatsEvent(stats)
+
+
+Event = RowEvent | FailureEvent | PcmEvent | StatsEvent
+
+
+def decode_message(frames: Sequence[bytes]) -> list[Event]:
     if len(frames) != 3:
         raise RowMessageError(f"expected 3 frames, got {len(frames)}")
     kind, head_raw, body_raw = frames
@@ -294,6 +338,8 @@ def decode_message(frames: Sequence[bytes]) -> list[RowEvent | FailureEvent | Pc
             return [FailureEvent(str(head[0]), str(head[1]))]
         if kind == _PCM:
             return list(_decode_pcm(head, body_raw))
+        if kind == _STATS:
+            return [_decode_stats(head)]
         if kind != _ROWS:
             raise RowMessageError(f"unknown message kind {kind!r}")
         headers = [RowHeader(str(c), int(i), bool(last)) for c, i, last in head]

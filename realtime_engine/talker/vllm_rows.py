@@ -26,15 +26,15 @@ import numpy as np
 import zmq
 
 from realtime_engine.talker.vllm_protocol import (
-    FailureEvent,
-    PcmEvent,
+    Event,
     PcmHeader,
-    RowEvent,
     RowHeader,
+    StepStats,
     decode_message,
     encode_failure,
     encode_pcm,
     encode_rows,
+    encode_stats,
 )
 
 logger = logging.getLogger(__name__)
@@ -86,6 +86,9 @@ class RowPusher:
     ) -> None:
         self._send(endpoint, encode_pcm(headers, chunks, self.rank))
 
+    def push_stats(self, endpoint: str, stats: StepStats) -> None:
+        self._send(endpoint, encode_stats(stats, self.rank))
+
     def push_failure(self, endpoint: str, correlation_id: str, reason: str) -> None:
         self._send(endpoint, encode_failure(correlation_id, reason))
 
@@ -115,7 +118,7 @@ class RowReceiver:
 
     def __init__(
         self,
-        deliver: Callable[[RowEvent | FailureEvent | PcmEvent], None],
+        deliver: Callable[[Event], None],
         endpoint: str | None = None,
     ) -> None:
         self.endpoint = endpoint or new_ipc_endpoint()

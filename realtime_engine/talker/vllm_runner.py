@@ -34,7 +34,15 @@ from realtime_engine.model.tokenizer import HiggsTokenizer, SpecialIds
 from realtime_engine.talker.rank_stats import RankReport, RankStats
 from realtime_engine.talker.types import PcmChunk, TalkerError, TalkerRequest
 from realtime_engine.talker.vllm_engine_config import talker_engine_args
-from realtime_engine.talker.vllm_protocol import FailureEvent, PcmEvent, RowEvent, engine_prompt
+from realtime_engine.talker.vllm_protocol import (
+    Event,
+    FailureEvent,
+    PcmEvent,
+    RowEvent,
+    StatsEvent,
+    StepStats,
+    engine_prompt,
+)
 from realtime_engine.talker.vllm_requests import row_budget, talker_args
 from realtime_engine.talker.vllm_rows import RowReceiver
 
@@ -55,6 +63,26 @@ class _Aborted:
 
 
 _Item = RowEvent | PcmEvent | FailureEvent | _Finished | _Aborted | BaseException
+
+
+@dataclass(frozen=True)
+class EngineStepStats:
+    """The engine cores' step counters, summed (``engine.stats()``, for /metrics)."""
+
+    steps: int
+    rows: int
+    mean_step_s: float
+    waiting: int | None = None  # vLLM's own queue is not seen from here
+
+
+def sum_step_stats(by_core: dict[int, StepStats]) -> EngineStepStats | None:
+    """Counters of every engine core heard from (None before any)."""
+    if not by_core:
+        return None
+    cores = by_core.values()
+    timed = sum(s.timed_steps for s in cores)
+    mean = sum(s.step_s for s in cores) / timed if timed else 0.0
+    return EngineStepStats(sum(s.steps for s in cores), sum(s.rows for s in cores), mean)
 
 
 class _Stream:
@@ -96,6 +124,7 @@ class VllmTalkerRunner:
         self._counter = itertools.count()
         self._receiver = RowReceiver(self._on_event)
         self._ranks = RankStats()
+        self._core_steps: dict[int, StepStats] = {}
 
     @classmethod
     def from_model_dir(
@@ -140,13 +169,16 @@ class VllmTalkerRunner:
         return cls(engine, tokenizer.specials, max_model_len, profiler=profiler)
 
     # ------------------------------------------------------------ receiving
-    def _on_event(self, event: RowEvent | FailureEvent | PcmEvent) -> None:
+    def _on_event(self, event: Event) -> None:
         """Receiver thread → event loop."""
         loop = self._loop
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._dispatch, event)
 
-    def _dispatch(self, event: RowEvent | FailureEvent | PcmEvent) -> None:
+    def _dispatch(self, event: Event) -> None:
+        if isinstance(event, StatsEvent):
+            self._core_steps[event.stats.rank or 0] = event.stats
+            return
         cid = event.header.correlation_id if isinstance(event, RowEvent) else event.correlation_id
         stream = self._streams.get(cid)
         if stream is not None:  # rows of aborted or finished requests are dropped
@@ -301,6 +333,10 @@ class VllmTalkerRunner:
         if stream.rank is not None and not stream.rank_closed:
             stream.rank_closed = True
             self._ranks.ended(stream.rank)
+
+    def stats(self) -> EngineStepStats | None:
+        """Sampling steps, their batch and time in the engine cores (for /metrics)."""
+        return sum_step_stats(self._core_steps)
 
     def rank_stats(self) -> RankReport:
         """What each data-parallel rank served (``rank``-labelled metrics)."""

@@ -169,6 +169,13 @@ def test_the_h200_script_traces_the_served_engine_on_request(tmp_path: Path) -> 
     assert profiler["torch_profiler_dir"] == str(tmp_path / "work" / "served_trace_gateway")
     summary = next(line for line in lines if "--from-trace-dir" in line)
     assert str(tmp_path / "work" / "served_trace_gateway") in summary
+    # traced in a level of its own after the sweep (writing the trace stalls every
+    # stream), which no table includes
+    traced = [i for i, line in enumerate(lines) if "trace_c256_p" in line and "bench run" in line]
+    swept = [i for i, line in enumerate(lines) if "sweep_c256_p" in line and "bench run" in line]
+    assert traced and swept and min(traced) > max(swept)
+    merged = next(line for line in lines if "report merge" in line and " sweep " in line)
+    assert "trace_c256" not in merged
 
 
 def test_the_h200_script_runs_a_second_sweep_on_the_same_server(tmp_path: Path) -> None:

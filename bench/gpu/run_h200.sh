@@ -37,9 +37,10 @@
 #   audio-s/s without gateway or clients, a 1 s torch-profiler trace) with a py-spy profile of its
 #   engine core for PROFILE_S seconds, to set beside the served level's (~120 s)
 #   LOAD_TRACE_ARGS [""]: more load_trace flags, e.g. "--clone-share 0.36 --free-end" (the served mix)
-#   SERVED_TRACE ["": off]: a sweep level whose served engine core is traced for TRACE_S [1] seconds
-#   (vLLM's torch profiler, toggled by SIGUSR2 to the gateway 1 s into the measured window, before
-#   py-spy), summarised like load_trace's into served_trace/; the gateway then starts with
+#   SERVED_TRACE ["": off]: after the sweeps, one more level at this concurrency (trace_c<C>, not
+#   part of any table) whose served engine core is traced for TRACE_S [1] seconds (vLLM's torch
+#   profiler, toggled by SIGUSR2 to the gateway; writing the trace stalls the engine core for
+#   seconds), summarised like load_trace's into served_trace/; the gateway then starts with
 #   engine_args.profiler_config added to TALKER_OPTIONS (not the defaults: keep it off headline runs)
 #   RUN_TAG [$PHASE]: names $WORK/results_<tag>, summary_<tag>.md, h200_<tag>.tar.gz
 #   FALLBACK [1]: when the vLLM talker does not start, serve the reference talker and measure a little
@@ -449,7 +450,7 @@ split_level() {
     local bg=() rc1=0
     if [ "$DRY_RUN" != 1 ]; then
       profile_level "$name" "$c" "$@" & bg+=($!)
-      trace_level "$c" "$@" & bg+=($!)
+      trace_level "$name" "$@" & bg+=($!)
     fi
     level "$name" "$need" --levels "$c" "$@" || rc1=$?
     [ ${#bg[@]} -eq 0 ] || wait "${bg[@]}"
@@ -468,7 +469,7 @@ split_level() {
   [ "$DRY_RUN" = 1 ] && return 0
   profile_level "$name" "$c" "$@" &
   local profiler=$!
-  trace_level "$c" "$@" &
+  trace_level "$name" "$@" &
   local tracer=$!
   for i in "${pids[@]}"; do wait "$i" || rc=$?; done
   wait "$profiler" "$tracer"
@@ -484,6 +485,7 @@ split_level() {
 profile_level() {
   local name=$1 c=$2 warm=0 p pid role; shift 2
   case ",$PROFILE_LEVELS," in *",$c,"*) ;; *) return 0 ;; esac
+  case $name in trace_*) return 0 ;; esac
   local spy=$PYSPY
   [ -x "$spy" ] || spy=$(command -v py-spy) || return 0
   while [ $# -gt 0 ]; do [ "$1" = --warmup ] && warm=$2; shift; done
@@ -503,19 +505,19 @@ profile_level() {
   wait
 }
 
-# trace_level C ARGS...: when C is SERVED_TRACE, SIGUSR2 to the gateway 1 s into the measured
-# window and again TRACE_S later: its engine core's torch profiler records in between
+# trace_level NAME ARGS...: for the level trace_c$SERVED_TRACE (run after the sweeps, measuring
+# nothing), SIGUSR2 to the gateway 1 s into its window and again TRACE_S later: its engine
+# core's torch profiler records in between. Stopping it writes the trace from the engine core's
+# own thread (about 15 s at 256 streams, every stream stalled), which would spoil a measured level.
 trace_level() {
-  local c=$1 warm=0 p; shift
-  [ "$c" = "$SERVED_TRACE" ] || return 0
-  [ -e "$RES/.traced" ] && return 0   # once per run: a second sweep at C keeps the first's trace
-  [ "$DRY_RUN" = 1 ] || touch "$RES/.traced"
+  local name=$1 warm=0 p; shift
+  [ "$name" = "trace_c$SERVED_TRACE" ] || return 0
   while [ $# -gt 0 ]; do [ "$1" = --warmup ] && warm=$2; shift; done
   sleep $(( warm + 1 ))
   for p in /proc/[0-9]*; do   # the gateway's python, not its timeout(1) wrapper
     if grep -q "^python" "$p/comm" 2>/dev/null && grep -q "gateway.cli" "$p/cmdline" 2>/dev/null; then
       kill -USR2 "${p#/proc/}" && sleep "$TRACE_S" && kill -USR2 "${p#/proc/}"
-      say "traced the served engine core for ${TRACE_S}s at $c streams"
+      say "traced the served engine core for ${TRACE_S}s at $SERVED_TRACE streams"
       return 0
     fi
   done
@@ -610,6 +612,12 @@ gateway_phase() {
       # shellcheck disable=SC2086  # SWEEP_B_ARGS is a list of flags
       sweep sweep_b "$SWEEP_B_LEVELS" "$SWEEP_WARMUP" "$SWEEP_DURATION" --url "http://127.0.0.1:$PORT" \
         --session "$SWEEP_SESSION" $SWEEP_B_ARGS
+    fi
+    if [ -n "$SERVED_TRACE" ]; then   # its own level: writing the trace stalls every stream
+      # shellcheck disable=SC2086  # SWEEP_ARGS is a list of flags
+      split_level "trace_c$SERVED_TRACE" $(( SWEEP_WARMUP + 5 + AUDIO_SECONDS + 30 )) "$SERVED_TRACE" \
+        --warmup "$SWEEP_WARMUP" --duration 5 --audio-seconds "$AUDIO_SECONDS" \
+        --url "http://127.0.0.1:$PORT" --session "$SWEEP_SESSION" $SWEEP_ARGS || true
     fi
     if [ -n "$HTTP_LEVELS" ]; then
       sweep http "$HTTP_LEVELS" "$HTTP_WARMUP" "$HTTP_DURATION" --url "http://127.0.0.1:$PORT" --http

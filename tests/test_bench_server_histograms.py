@@ -6,8 +6,14 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
-from bench.gpu.server_histograms import lag_digest, read_snapshot, stage_digest, step_lines
-from gateway.metrics import GatewayMetrics
+from bench.gpu.server_histograms import (
+    engine_digest,
+    lag_digest,
+    read_snapshot,
+    stage_digest,
+    step_lines,
+)
+from gateway.metrics import EngineStatsSampler, GatewayMetrics
 
 
 def _scrape(metrics: GatewayMetrics) -> str:
@@ -46,3 +52,25 @@ def test_nothing_to_digest_gives_no_line(tmp_path: Path) -> None:
     assert snapshot == {}
     assert lag_digest(snapshot) is None and stage_digest(snapshot) is None
     assert step_lines(tmp_path) == []  # no steps.tsv
+
+
+def test_a_steps_engine_samples_say_how_full_its_batches_were(tmp_path: Path) -> None:
+    from realtime_engine.talker.vllm_runner import EngineStepStats
+
+    metrics = GatewayMetrics()
+    sampler = EngineStatsSampler(metrics)
+    sampler.observe(EngineStepStats(0, 0, 0.0))
+    (tmp_path / "metrics_preset_exact.txt").write_text(_scrape(metrics))
+    # ten one-second samples: nine of 100 steps of 150 requests at 10 ms, one of
+    # 100 steps of 250 requests at 12 ms
+    steps = rows = 0
+    total_s = 0.0
+    for batch, step_s in [(150, 0.010)] * 9 + [(250, 0.012)]:
+        steps, rows, total_s = steps + 100, rows + 100 * batch, total_s + 100 * step_s
+        sampler.observe(EngineStepStats(steps, rows, total_s / steps))
+    (tmp_path / "metrics_sweep_c256.txt").write_text(_scrape(metrics))
+    (tmp_path / "steps.tsv").write_text("preset_exact\tok\t16\t\nsweep_c256\tok\t31\t\n")
+    (line,) = step_lines(tmp_path)  # the first step had no engine sample, nor anything else
+    assert line.startswith("- sweep_c256:")
+    assert line.endswith("engine 10 samples, step mean 10.2 ms, batch mean 160, p90 <= 256")
+    assert engine_digest(read_snapshot(_scrape(GatewayMetrics()))) is None

@@ -8,7 +8,11 @@ share is its file minus the previous step's. Two are digested:
   contexts that reached it during the step (cut streams included, which the
   clients' ``context.done`` tables miss);
 - ``speech_event_loop_lag_seconds``: how late the gateway's event loop ran its
-  50 ms timer during the step (bucket bounds: "p50 <= 2 ms").
+  50 ms timer during the step (bucket bounds: "p50 <= 2 ms");
+- ``speech_engine_step_seconds`` and ``speech_engine_batch_size``: the
+  engine's mean step time and batch (requests per step) over the step's
+  one-second samples, and how full its fullest tenth of samples was: how
+  many of a level's streams the engine actually had in hand.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from prometheus_client.parser import text_string_to_metric_families
 STAGES = ("queue", "prefill", "first_frame_row", "first_chunk", "encoded", "ttfa")
 _LAG = "speech_event_loop_lag_seconds"
 _STAGE = "speech_stage_seconds"
+_STEP = "speech_engine_step_seconds"
+_BATCH = "speech_engine_batch_size"
 
 Snapshot = dict[tuple[str, str], float]  # (sample name, label) -> value
 
@@ -30,13 +36,15 @@ def read_snapshot(text: str) -> Snapshot:
     """The stage sums and counts and the loop lag's buckets of one scrape."""
     out: Snapshot = {}
     for family in text_string_to_metric_families(text):
-        if family.name not in (_STAGE, _LAG):
+        if family.name not in (_STAGE, _LAG, _STEP, _BATCH):
             continue
         for s in family.samples:
             if family.name == _STAGE and s.name.endswith(("_sum", "_count")):
                 out[(s.name, s.labels["stage"])] = s.value
-            elif family.name == _LAG and s.name.endswith("_bucket"):
+            elif family.name in (_LAG, _BATCH) and s.name.endswith("_bucket"):
                 out[(s.name, s.labels["le"])] = s.value
+            elif family.name in (_STEP, _BATCH) and s.name.endswith(("_sum", "_count")):
+                out[(s.name, "")] = s.value
     return out
 
 
@@ -80,6 +88,24 @@ def stage_digest(step: Snapshot) -> str | None:
     return " / ".join(parts) if parts else None
 
 
+def engine_digest(step: Snapshot) -> str | None:
+    """``n samples, step mean a ms, batch mean b, fullest tenth <= c`` for one step."""
+    samples = step.get((f"{_STEP}_count", ""), 0.0)
+    if samples <= 0:
+        return None
+    step_ms = step[(f"{_STEP}_sum", "")] / samples * 1000
+    batch = step.get((f"{_BATCH}_sum", ""), 0.0) / samples
+    buckets = sorted(
+        ((float(le), n) for (name, le), n in step.items() if name == f"{_BATCH}_bucket"),
+    )
+    need = math.ceil(0.9 * samples)
+    top = next((bound for bound, n in buckets if n >= need), math.inf)
+    return (
+        f"{samples:.0f} samples, step mean {step_ms:.1f} ms, batch mean {batch:.0f}, "
+        f"p90 <= {top:g}"
+    )
+
+
 def step_lines(out_dir: Path) -> list[str]:
     """One line per step with a scrape, in the run's step order (``steps.tsv``)."""
     steps = out_dir / "steps.tsv"
@@ -95,7 +121,8 @@ def step_lines(out_dir: Path) -> list[str]:
         now = read_snapshot(path.read_text(errors="replace"))
         step = _delta(now, before)
         before = now
-        stages, lag = stage_digest(step), lag_digest(step)
-        if stages or lag:
-            lines.append(f"- {name}: stages (mean ms) {stages or '-'}; event-loop lag {lag or '-'}")
+        stages, lag, engine = stage_digest(step), lag_digest(step), engine_digest(step)
+        if stages or lag or engine:
+            line = f"- {name}: stages (mean ms) {stages or '-'}; event-loop lag {lag or '-'}"
+            lines.append(line + (f"; engine {engine}" if engine else ""))
     return lines

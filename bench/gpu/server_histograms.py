@@ -101,8 +101,7 @@ def engine_digest(step: Snapshot) -> str | None:
     need = math.ceil(0.9 * samples)
     top = next((bound for bound, n in buckets if n >= need), math.inf)
     return (
-        f"{samples:.0f} samples, step mean {step_ms:.1f} ms, batch mean {batch:.0f}, "
-        f"p90 <= {top:g}"
+        f"{samples:.0f} samples, step mean {step_ms:.1f} ms, batch mean {batch:.0f}, p90 <= {top:g}"
     )
 
 

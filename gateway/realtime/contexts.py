@@ -2,9 +2,14 @@
 
 A ``ContextWorker`` turns a context's segments into audio, one engine request
 at a time, in order, and puts frames and events on the session's bounded
-outbound queue (``gateway.realtime.outbound``). Generation runs ahead of real-time
-playback by at most ``max_lead_s`` so a barge-in wastes little engine work.
-A failure ends only this context: an ``error`` then ``context.done{failed}``.
+outbound queue (``gateway.realtime.outbound``). Each request's audio is read
+from the engine as it comes, up to ``READ_AHEAD_S`` ahead of what was sent
+(``gateway.realtime.segment_pull``), so the next segment goes to the engine as
+soon as the engine is done with the previous one, while that one's audio may
+still wait for its encoding. Generation runs
+ahead of real-time playback by at most ``max_lead_s`` so a barge-in wastes
+little engine work. A failure ends only this context: an ``error`` then
+``context.done{failed}``.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from gateway.realtime.outbound import (
     OutDone,
     OutEvent,
 )
+from gateway.realtime.segment_pull import PULL_END, Inbox, PullEnd, SegmentPull
 from gateway.realtime.session import EndContext, Flush, OpenContext, Speak, error_event
 from gateway.voices import VoiceNotFoundError, VoiceStoreError
 from realtime_engine.audio.encoder import AudioEncoder, EncodedFrame
@@ -60,6 +66,11 @@ VoiceResolver = Callable[[str], Awaitable[VoiceReference | None]]
 
 # How long a context failed from outside waits for its task's cleanup.
 FAIL_UNWIND_S = 1.0
+# Audio a context may hold read from the engine but not yet sent: enough to
+# cover the encode pool's queue under load (under a second at 256 streams on
+# an H200), small enough that a client that stops reading holds its engine
+# request (about 290 kB of PCM per context).
+READ_AHEAD_S = 3.0
 
 
 def to_engine_request(
@@ -137,7 +148,16 @@ class ContextWorker:
         # One voice across the context's segments (realtime_engine.engines.continuity).
         self._continuity = VoiceContinuity()
         # Bounded upstream: the session caps a context's text (max_text_chars_per_context).
-        self._inbox: asyncio.Queue[Speak | Flush | EndContext] = asyncio.Queue()
+        self._inbox: Inbox[Speak | Flush | EndContext] = Inbox()
+        # Engine requests read ahead for queued segments, by segment index; the
+        # one whose engine request runs (at most one per context at a time).
+        self._pulls: dict[int, SegmentPull] = {}
+        self._live_pull: SegmentPull | None = None
+        self._unsent = 0  # samples read from the engine, not yet sent
+        self._read_ahead = max(1, int(READ_AHEAD_S * engine.sample_rate))
+        self._room = asyncio.Event()  # set while ``_unsent`` is under the read-ahead
+        self._room.set()
+        self._speaking = False  # a segment's audio is being encoded and sent
         out = spec.config.output
         self._binary = spec.config.audio_transport == "binary"
         self._deltas = AudioDeltaWriter(spec.context_id)
@@ -171,6 +191,13 @@ class ContextWorker:
             self._queued_segments += 1
             self._on_queue_change(1)
         self._inbox.put_nowait(item)
+        if isinstance(item, Speak) and self._speaking:
+            self._pull_next()  # the engine may be free while the last segment is encoded
+
+    @property
+    def busy(self) -> bool:
+        """Audio is still being made or sent (the session is not idle)."""
+        return self.current_request is not None or self._speaking
 
     # ------------------------------------------------------------------ run loop
 
@@ -199,6 +226,11 @@ class ContextWorker:
             if self.cancelled:
                 return  # engines may raise on abort; the cancel already answered
             await self._fail(e)
+        finally:
+            # Requests read ahead for segments that will not be spoken: aborted.
+            pulls, self._pulls = list(self._pulls.values()), {}
+            for pull in pulls:
+                await pull.stop()
 
     async def _fail(self, exc: Exception) -> None:
         dead = engine_failure(self._engine)
@@ -272,9 +304,13 @@ class ContextWorker:
         await self._out.put(OutDone(self, "failed", None))
 
     def discard_queued(self) -> None:
-        """Drop work that will never reach the engine (and its queue-depth count)."""
+        """Drop work that will never reach the engine (and its queue-depth count);
+        requests already read ahead for it are cancelled (their cleanup aborts them)."""
         while not self._inbox.empty():
             self._inbox.get_nowait()
+        for pull in self._pulls.values():
+            if pull.task is not None:
+                pull.task.cancel()
         if self._queued_segments:
             self._on_queue_change(-self._queued_segments)
             self._queued_segments = 0
@@ -293,19 +329,89 @@ class ContextWorker:
     async def _speak(self, item: Speak) -> None:
         if self.cancelled:
             return
-        request_id = f"{self._session_id}:{self.key}:{item.index}"
-        timings = SegmentTimings()
+        pull = self._pulls.pop(item.index, None) or self._start_pull(item)
+        started = False
+        self._speaking = True
+        try:
+            while True:
+                got = await pull.chunks.get()
+                if isinstance(got, PullEnd):
+                    break
+                if isinstance(got, BaseException):
+                    raise got
+                if self.stats.first_timings is None and len(got):
+                    self.stats.first_timings = pull.timings
+                if not started:
+                    started = True
+                    await self._segment_started(item)
+                await self._send_audio(got)
+                self._unsent -= len(got)
+                if self._unsent < self._read_ahead:
+                    self._room.set()
+        finally:
+            self._speaking = False
+            # A no-op once the engine was done; else (a failure of ours, a
+            # cancel) the engine must not keep generating for nobody.
+            await pull.stop()
+        if not started:
+            await self._segment_started(item)
+        self.stats.segments_done += 1
+        done = SegmentDone(
+            context_id=self.context_id, segment=item.index, end_ms=self.timeline_ms()
+        )
+        await self._out.put(OutEvent(done, worker=self))
+
+    # ------------------------------------------------------------------ engine requests
+
+    def _start_pull(self, item: Speak) -> SegmentPull:
+        pull = SegmentPull(item.index, f"{self._session_id}:{self.key}:{item.index}")
+        pull.task = asyncio.create_task(self._pull(item, pull), name=f"pull-{pull.request_id}")
+        self._live_pull = pull
+        return pull
+
+    def _pull_next(self) -> None:
+        """Send the next queued segment to the engine now, if none is there: its
+        audio is read ahead while earlier audio is still encoded and sent."""
+        if self.cancelled or self.finished or self.task is None:
+            return
+        if self._live_pull is not None and self._live_pull.running:
+            return
+        for waiting in self._inbox.waiting():
+            if isinstance(waiting, EndContext):
+                return
+            if isinstance(waiting, Speak) and waiting.index not in self._pulls:
+                # in order, however far the sending lags (max_lead_s bounds it)
+                self._pulls[waiting.index] = self._start_pull(waiting)
+                return
+
+    async def _pull(self, item: Speak, pull: SegmentPull) -> None:
+        try:
+            await self._read_engine(item, pull)
+        except asyncio.CancelledError as e:
+            pull.chunks.put_nowait(e)  # whoever waits on this segment is not left hanging
+            raise
+        except Exception as e:  # raised where the segment's audio is spoken, in order
+            pull.chunks.put_nowait(e)
+            return
+        finally:
+            if self._live_pull is pull:
+                self._live_pull = None
+        pull.chunks.put_nowait(PULL_END)
+        self._pull_next()
+
+    async def _read_engine(self, item: Speak, pull: SegmentPull) -> None:
+        """The segment's engine request, its chunks into ``pull`` as they come."""
+        request_id = pull.request_id
         if not self._voice_resolved:
             # Once per context: a voice deleted mid-reply still finishes the reply.
             if self._resolve_voice is not None:
                 self._reference = await self._resolve_voice(self.spec.config.voice)
             self._voice_resolved = True
         request = to_engine_request(
-            request_id, self.spec, item.text, timings, self._reference, self._continuity
+            request_id, self.spec, item.text, pull.timings, self._reference, self._continuity
         )
         cap = int(self.spec.config.max_audio_seconds * self._engine.sample_rate)
         produced = 0
-        started = False
         if self.stats.first_engine_at is None:
             self.stats.first_engine_at = time.perf_counter()
         self.current_request = request_id
@@ -314,6 +420,9 @@ class ContextWorker:
         try:
             while produced < cap:
                 await self._respect_lead()
+                while self._unsent >= self._read_ahead:  # the client is not keeping up
+                    self._room.clear()
+                    await self._room.wait()
                 chunk = await self._next_chunk(stream, request_id)
                 if chunk is None:
                     exhausted = True
@@ -323,26 +432,16 @@ class ContextWorker:
                     await self._engine.abort(request_id)  # runaway segment: stop paying for it
                     exhausted = True
                 produced += len(chunk)
-                if self.stats.first_timings is None and len(chunk):
-                    self.stats.first_timings = timings
-                if not started:
-                    started = True
-                    await self._segment_started(item)
-                await self._send_audio(chunk)
+                self._unsent += len(chunk)
+                pull.chunks.put_nowait(chunk)
         finally:
-            self.current_request = None
+            if self.current_request == request_id:
+                self.current_request = None
             if not exhausted:
-                # Leaving early (a failure of ours, a cancel): the engine must
-                # not keep generating for nobody. A no-op if it already stopped.
+                # Leaving early (a failure, a cancel): the engine must not keep
+                # generating for nobody. A no-op if it already stopped.
                 await self._engine.abort(request_id)
             await _aclose(stream)
-        if not started:
-            await self._segment_started(item)
-        self.stats.segments_done += 1
-        done = SegmentDone(
-            context_id=self.context_id, segment=item.index, end_ms=self.timeline_ms()
-        )
-        await self._out.put(OutEvent(done, worker=self))
 
     async def _segment_started(self, item: Speak) -> None:
         self.stats.started_segments.add(item.index)

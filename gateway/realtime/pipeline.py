@@ -321,4 +321,4 @@ class SessionPipeline:
 
     def workers_busy(self) -> bool:
         """Audio is still being made: not idle even if nothing was sent yet."""
-        return any(w.current_request is not None for w in self.workers.values())
+        return any(w.busy for w in self.workers.values())

@@ -1,0 +1,157 @@
+"""A context's next segment goes to the engine when the engine is done with the
+last one, not when the last one's audio has been encoded and sent."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+
+import numpy as np
+import pytest
+
+from gateway.metrics import GatewayMetrics
+from gateway.protocol import SessionConfig, unpack_audio_frame
+from gateway.realtime.actions import EndContext, OpenContext, Speak
+from gateway.realtime.contexts import ContextWorker
+from gateway.realtime.outbound import Outbound, OutClose
+from gateway.realtime.segment_pull import Inbox
+from realtime_engine.engines.base import SegmentRequest
+from realtime_engine.engines.fake import FakeEngine
+
+
+class WatchedEngine(FakeEngine):
+    """A fake engine that says when each request starts and ends on its side."""
+
+    def __init__(self, **overrides: object) -> None:
+        super().__init__(**overrides)
+        self.started: dict[str, asyncio.Event] = {}
+        self.ended: dict[str, asyncio.Event] = {}
+
+    def event(self, events: dict[str, asyncio.Event], index: int) -> asyncio.Event:
+        return events.setdefault(f"s:1:{index}", asyncio.Event())
+
+    async def synthesize(self, request: SegmentRequest) -> AsyncIterator[np.ndarray]:
+        self.event(self.started, int(request.request_id.rsplit(":", 1)[1])).set()
+        try:
+            async for chunk in super().synthesize(request):
+                yield chunk
+        finally:
+            self.event(self.ended, int(request.request_id.rsplit(":", 1)[1])).set()
+
+
+def worker_for(engine: FakeEngine, outbound: Outbound, closed: list[str]) -> ContextWorker:
+    config = SessionConfig.model_validate({"output": {"format": "pcm16"}})
+    return ContextWorker(
+        OpenContext(key=1, context_id="c", stream=0, config=config),
+        "s",
+        engine,
+        outbound,
+        max_lead_s=60.0,
+        encode_inline_max_ms=1e9,
+        on_closed=lambda worker, status: closed.append(status),
+    )
+
+
+async def drain(outbound: Outbound) -> list[str | bytes]:
+    """Everything the client gets, up to and including ``context.done``."""
+    got: list[str | bytes] = []
+    while True:
+        message = await asyncio.wait_for(outbound.get(), timeout=10)
+        assert not isinstance(message, OutClose)
+        got.append(message)
+        if isinstance(message, str) and json.loads(message)["type"] == "context.done":
+            return got
+
+
+async def test_the_next_segment_starts_while_the_last_ones_audio_waits_to_be_sent() -> None:
+    engine = WatchedEngine(chunk_samples=960)
+    outbound = Outbound(1, GatewayMetrics())  # a client that reads nothing yet: one item fits
+    closed: list[str] = []
+    worker = worker_for(engine, outbound, closed)
+    worker.start()
+    now = time.perf_counter()
+    worker.submit(Speak(1, 0, "The first of two segments.", now))
+    worker.submit(Speak(1, 1, "And the second one.", now))
+    worker.submit(EndContext(1, None))
+    # The engine got the second request while the first one's audio is still
+    # held in the gateway: the client has read nothing.
+    await asyncio.wait_for(engine.event(engine.started, 1).wait(), timeout=10)
+    assert engine.event(engine.ended, 0).is_set()
+    assert outbound.qsize() == 1 and worker.busy
+    got = await drain(outbound)
+    events = [json.loads(m)["type"] for m in got if isinstance(m, str)]
+    assert events == [
+        "segment.started",
+        "segment.done",
+        "segment.started",
+        "segment.done",
+        "context.done",
+    ]
+    audio = sum(len(unpack_audio_frame(m).payload) // 2 for m in got if isinstance(m, bytes))
+    want = sum(engine.length(r) for r in engine.log.requests)
+    assert audio == want and closed == ["completed"]
+    assert [r.request_id for r in engine.log.requests] == ["s:1:0", "s:1:1"]
+    assert list(engine.log.finished) == ["s:1:0", "s:1:1"] and not engine.log.aborted
+    await asyncio.wait_for(worker.task, timeout=10) if worker.task else None
+
+
+async def test_one_engine_request_at_a_time_whatever_arrives_meanwhile() -> None:
+    engine = WatchedEngine(chunk_samples=960, realtime_factor=0.05)
+    outbound = Outbound(64, GatewayMetrics())
+    closed: list[str] = []
+    worker = worker_for(engine, outbound, closed)
+    worker.start()
+    worker.submit(Speak(1, 0, "A segment long enough to still be running.", time.perf_counter()))
+    await asyncio.wait_for(engine.event(engine.started, 0).wait(), timeout=10)
+    for index in (1, 2):  # text the client streams while the first one is spoken
+        worker.submit(Speak(1, index, f"Segment number {index}.", time.perf_counter()))
+    worker.submit(EndContext(1, None))
+    order: list[str] = []
+    for index in range(3):
+        await asyncio.wait_for(engine.event(engine.started, index).wait(), timeout=10)
+        # the one before it had ended on the engine's side
+        assert index == 0 or engine.event(engine.ended, index - 1).is_set()
+        order.append(f"s:1:{index}")
+    await drain(outbound)
+    assert [r.request_id for r in engine.log.requests] == order
+    assert closed == ["completed"]
+
+
+async def test_a_cancel_aborts_the_request_read_ahead_for_a_later_segment() -> None:
+    engine = WatchedEngine(chunk_samples=960, realtime_factor=0.05)
+    outbound = Outbound(1, GatewayMetrics())  # the client reads nothing
+    closed: list[str] = []
+    worker = worker_for(engine, outbound, closed)
+    worker.start()
+    now = time.perf_counter()
+    worker.submit(Speak(1, 0, "Short.", now))
+    worker.submit(Speak(1, 1, "A second segment that is long enough to still be running.", now))
+    await asyncio.wait_for(engine.event(engine.started, 1).wait(), timeout=10)
+    assert worker.current_request == "s:1:1"  # read ahead, while segment 0 waits to be sent
+    # what the session does on context.cancel
+    worker.cancelled = True
+    worker.discard_queued()
+    await engine.abort(worker.current_request)
+    assert worker.task is not None
+    worker.task.cancel()
+    await asyncio.gather(worker.task, return_exceptions=True)
+    await asyncio.wait_for(engine.event(engine.ended, 1).wait(), timeout=10)
+    assert "s:1:1" in engine.log.stopped and "s:1:1" not in engine.log.finished
+    assert worker.current_request is None and not worker.busy
+
+
+async def test_the_inbox_shows_what_waits_behind_its_head() -> None:
+    inbox: Inbox[int] = Inbox()
+    waiter = asyncio.ensure_future(inbox.get())
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    for i in (1, 2, 3):
+        inbox.put_nowait(i)
+    assert await waiter == 1
+    assert inbox.waiting() == (2, 3) and not inbox.empty()
+    assert inbox.get_nowait() == 2 and await inbox.get() == 3
+    assert inbox.empty() and inbox.waiting() == ()
+    with pytest.raises(IndexError):
+        inbox.get_nowait()

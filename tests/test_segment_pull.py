@@ -7,6 +7,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -24,16 +25,16 @@ from realtime_engine.engines.fake import FakeEngine
 class WatchedEngine(FakeEngine):
     """A fake engine that says when each request starts and ends on its side."""
 
-    def __init__(self, **overrides: object) -> None:
+    def __init__(self, **overrides: Any) -> None:
         super().__init__(**overrides)
-        self.started: dict[str, asyncio.Event] = {}
+        self.began: dict[str, asyncio.Event] = {}
         self.ended: dict[str, asyncio.Event] = {}
 
     def event(self, events: dict[str, asyncio.Event], index: int) -> asyncio.Event:
         return events.setdefault(f"s:1:{index}", asyncio.Event())
 
     async def synthesize(self, request: SegmentRequest) -> AsyncIterator[np.ndarray]:
-        self.event(self.started, int(request.request_id.rsplit(":", 1)[1])).set()
+        self.event(self.began, int(request.request_id.rsplit(":", 1)[1])).set()
         try:
             async for chunk in super().synthesize(request):
                 yield chunk
@@ -41,9 +42,14 @@ class WatchedEngine(FakeEngine):
             self.event(self.ended, int(request.request_id.rsplit(":", 1)[1])).set()
 
 
-def worker_for(engine: FakeEngine, outbound: Outbound, closed: list[str]) -> ContextWorker:
+def started_worker(
+    engine: FakeEngine, outbound: Outbound, *texts: str
+) -> tuple[ContextWorker, list[str]]:
+    """A context worker (PCM out) given ``texts`` as its first segments, and the
+    statuses it closed with."""
     config = SessionConfig.model_validate({"output": {"format": "pcm16"}})
-    return ContextWorker(
+    closed: list[str] = []
+    worker = ContextWorker(
         OpenContext(key=1, context_id="c", stream=0, config=config),
         "s",
         engine,
@@ -52,6 +58,11 @@ def worker_for(engine: FakeEngine, outbound: Outbound, closed: list[str]) -> Con
         encode_inline_max_ms=1e9,
         on_closed=lambda worker, status: closed.append(status),
     )
+    worker.start()
+    now = time.perf_counter()
+    for index, text in enumerate(texts):
+        worker.submit(Speak(1, index, text, now))
+    return worker, closed
 
 
 async def drain(outbound: Outbound) -> list[str | bytes]:
@@ -68,16 +79,12 @@ async def drain(outbound: Outbound) -> list[str | bytes]:
 async def test_the_next_segment_starts_while_the_last_ones_audio_waits_to_be_sent() -> None:
     engine = WatchedEngine(chunk_samples=960)
     outbound = Outbound(1, GatewayMetrics())  # a client that reads nothing yet: one item fits
-    closed: list[str] = []
-    worker = worker_for(engine, outbound, closed)
-    worker.start()
-    now = time.perf_counter()
-    worker.submit(Speak(1, 0, "The first of two segments.", now))
-    worker.submit(Speak(1, 1, "And the second one.", now))
+    texts = ("The first of two segments.", "And the second one.")
+    worker, closed = started_worker(engine, outbound, *texts)
     worker.submit(EndContext(1, None))
     # The engine got the second request while the first one's audio is still
     # held in the gateway: the client has read nothing.
-    await asyncio.wait_for(engine.event(engine.started, 1).wait(), timeout=10)
+    await asyncio.wait_for(engine.event(engine.began, 1).wait(), timeout=10)
     assert engine.event(engine.ended, 0).is_set()
     assert outbound.qsize() == 1 and worker.busy
     got = await drain(outbound)
@@ -94,23 +101,22 @@ async def test_the_next_segment_starts_while_the_last_ones_audio_waits_to_be_sen
     assert audio == want and closed == ["completed"]
     assert [r.request_id for r in engine.log.requests] == ["s:1:0", "s:1:1"]
     assert list(engine.log.finished) == ["s:1:0", "s:1:1"] and not engine.log.aborted
-    await asyncio.wait_for(worker.task, timeout=10) if worker.task else None
+    assert worker.task is not None
+    await asyncio.wait_for(worker.task, timeout=10)
 
 
 async def test_one_engine_request_at_a_time_whatever_arrives_meanwhile() -> None:
     engine = WatchedEngine(chunk_samples=960, realtime_factor=0.05)
     outbound = Outbound(64, GatewayMetrics())
-    closed: list[str] = []
-    worker = worker_for(engine, outbound, closed)
-    worker.start()
-    worker.submit(Speak(1, 0, "A segment long enough to still be running.", time.perf_counter()))
-    await asyncio.wait_for(engine.event(engine.started, 0).wait(), timeout=10)
+    text = "A segment long enough to still be running."
+    worker, closed = started_worker(engine, outbound, text)
+    await asyncio.wait_for(engine.event(engine.began, 0).wait(), timeout=10)
     for index in (1, 2):  # text the client streams while the first one is spoken
         worker.submit(Speak(1, index, f"Segment number {index}.", time.perf_counter()))
     worker.submit(EndContext(1, None))
     order: list[str] = []
     for index in range(3):
-        await asyncio.wait_for(engine.event(engine.started, index).wait(), timeout=10)
+        await asyncio.wait_for(engine.event(engine.began, index).wait(), timeout=10)
         # the one before it had ended on the engine's side
         assert index == 0 or engine.event(engine.ended, index - 1).is_set()
         order.append(f"s:1:{index}")
@@ -122,13 +128,9 @@ async def test_one_engine_request_at_a_time_whatever_arrives_meanwhile() -> None
 async def test_a_cancel_aborts_the_request_read_ahead_for_a_later_segment() -> None:
     engine = WatchedEngine(chunk_samples=960, realtime_factor=0.05)
     outbound = Outbound(1, GatewayMetrics())  # the client reads nothing
-    closed: list[str] = []
-    worker = worker_for(engine, outbound, closed)
-    worker.start()
-    now = time.perf_counter()
-    worker.submit(Speak(1, 0, "Short.", now))
-    worker.submit(Speak(1, 1, "A second segment that is long enough to still be running.", now))
-    await asyncio.wait_for(engine.event(engine.started, 1).wait(), timeout=10)
+    long = "A second segment that is long enough to still be running."
+    worker, _ = started_worker(engine, outbound, "Short.", long)
+    await asyncio.wait_for(engine.event(engine.began, 1).wait(), timeout=10)
     assert worker.current_request == "s:1:1"  # read ahead, while segment 0 waits to be sent
     # what the session does on context.cancel
     worker.cancelled = True

@@ -25,6 +25,7 @@ from realtime_engine.talker.types import (
 )
 from realtime_engine.talker.vllm_protocol import (
     EXTRA_ARGS_KEY,
+    Event,
     FailureEvent,
     PcmEvent,
     PcmHeader,
@@ -230,10 +231,10 @@ def test_step_rows_split_by_destination_keeping_only_valid_rows() -> None:
 
 
 def test_rows_cross_processes_sockets_in_order() -> None:
-    got: list[RowEvent | FailureEvent | PcmEvent] = []
+    got: list[Event] = []
     finished = threading.Event()
 
-    def deliver(event: RowEvent | FailureEvent | PcmEvent) -> None:
+    def deliver(event: Event) -> None:
         got.append(event)
         if isinstance(event, FailureEvent):
             finished.set()

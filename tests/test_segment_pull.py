@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import numpy as np
@@ -15,7 +15,7 @@ import pytest
 from gateway.metrics import GatewayMetrics
 from gateway.protocol import SessionConfig, unpack_audio_frame
 from gateway.realtime.actions import EndContext, OpenContext, Speak
-from gateway.realtime.contexts import ContextWorker
+from gateway.realtime.contexts import READ_AHEAD_S, ContextWorker
 from gateway.realtime.outbound import Outbound, OutClose
 from gateway.realtime.segment_pull import Inbox
 from realtime_engine.engines.base import SegmentRequest
@@ -23,7 +23,10 @@ from realtime_engine.engines.fake import FakeEngine
 
 
 class WatchedEngine(FakeEngine):
-    """A fake engine that says when each request starts and ends on its side."""
+    """A fake engine that says when each request starts and ends on its side;
+    self-paced, like the Higgs engine's talkers (realtime_engine/engines/base.py)."""
+
+    self_paced = True
 
     def __init__(self, **overrides: Any) -> None:
         super().__init__(**overrides)
@@ -142,6 +145,46 @@ async def test_a_cancel_aborts_the_request_read_ahead_for_a_later_segment() -> N
     await asyncio.wait_for(engine.event(engine.ended, 1).wait(), timeout=10)
     assert "s:1:1" in engine.log.stopped and "s:1:1" not in engine.log.finished
     assert worker.current_request is None and not worker.busy
+
+
+async def settle(condition: Callable[[], bool]) -> bool:
+    """Let the loop run until ``condition`` holds (at most 10,000 turns)."""
+    for _ in range(10_000):
+        if condition():
+            return True
+        await asyncio.sleep(0)
+    return condition()
+
+
+async def test_a_reader_that_stops_holds_the_engine_once_the_read_ahead_is_full() -> None:
+    engine = WatchedEngine(chunk_samples=960)  # as fast as it is read
+    outbound = Outbound(1, GatewayMetrics())  # the client reads nothing
+    worker, _ = started_worker(engine, outbound, "x" * 400)  # 20 s of audio
+    limit = READ_AHEAD_S * engine.sample_rate
+    assert await settle(lambda: worker._unsent >= limit)
+    assert worker._unsent < limit + 960  # it stopped reading at the bound
+    assert engine.running == ["s:1:0"] and not engine.log.finished  # held, not done
+    worker.cancelled = True
+    worker.discard_queued()
+    await engine.abort("s:1:0")
+    assert worker.task is not None
+    worker.task.cancel()
+    await asyncio.gather(worker.task, return_exceptions=True)
+
+
+async def test_an_engine_that_makes_audio_as_it_is_read_is_read_in_step() -> None:
+    engine = FakeEngine(chunk_samples=960)  # not self-paced: makes audio as it is read
+    outbound = Outbound(1, GatewayMetrics())  # the client reads nothing yet
+    worker, closed = started_worker(engine, outbound, "First.", "Second.")
+    worker.submit(EndContext(1, None))
+    assert await settle(lambda: outbound.qsize() == 1 and bool(engine.running))
+    for _ in range(100):  # held: the engine is read no further than what was sent
+        await asyncio.sleep(0)
+    assert [r.request_id for r in engine.log.requests] == ["s:1:0"]
+    assert engine.running == ["s:1:0"]
+    got = await drain(outbound)
+    assert [r.request_id for r in engine.log.requests] == ["s:1:0", "s:1:1"]
+    assert sum(isinstance(m, bytes) for m in got) > 0 and closed == ["completed"]
 
 
 async def test_the_inbox_shows_what_waits_behind_its_head() -> None:

@@ -2,11 +2,13 @@
 
 A ``ContextWorker`` turns a context's segments into audio, one engine request
 at a time, in order, and puts frames and events on the session's bounded
-outbound queue (``gateway.realtime.outbound``). Each request's audio is read
-from the engine as it comes, up to ``READ_AHEAD_S`` ahead of what was sent
+outbound queue (``gateway.realtime.outbound``). From a self-paced engine (one
+that makes a request's audio whether or not it is read, as the Higgs talker
+does in its own process or thread), each request's audio is read as it
+comes, up to ``READ_AHEAD_S`` ahead of what was sent
 (``gateway.realtime.segment_pull``), so the next segment goes to the engine as
 soon as the engine is done with the previous one, while that one's audio may
-still wait for its encoding. Generation runs
+still wait for its encoding. Other engines are read in step with the sending. Generation runs
 ahead of real-time playback by at most ``max_lead_s`` so a barge-in wastes
 little engine work. A failure ends only this context: an ``error`` then
 ``context.done{failed}``.
@@ -153,6 +155,10 @@ class ContextWorker:
         # one whose engine request runs (at most one per context at a time).
         self._pulls: dict[int, SegmentPull] = {}
         self._live_pull: SegmentPull | None = None
+        # Read ahead only from an engine that makes audio at its own pace anyway
+        # (``self_paced``): one that makes it as it is read, on the gateway's
+        # own CPU, would make audio for listeners far ahead first.
+        self._reads_ahead = bool(getattr(engine, "self_paced", False))
         self._unsent = 0  # samples read from the engine, not yet sent
         self._read_ahead = max(1, int(READ_AHEAD_S * engine.sample_rate))
         self._room = asyncio.Event()  # set while ``_unsent`` is under the read-ahead
@@ -329,37 +335,53 @@ class ContextWorker:
     async def _speak(self, item: Speak) -> None:
         if self.cancelled:
             return
-        pull = self._pulls.pop(item.index, None) or self._start_pull(item)
-        started = False
         self._speaking = True
         try:
-            while True:
-                got = await pull.chunks.get()
-                if isinstance(got, PullEnd):
-                    break
-                if isinstance(got, BaseException):
-                    raise got
-                if self.stats.first_timings is None and len(got):
-                    self.stats.first_timings = pull.timings
-                if not started:
-                    started = True
-                    await self._segment_started(item)
-                await self._send_audio(got)
-                self._unsent -= len(got)
-                if self._unsent < self._read_ahead:
-                    self._room.set()
+            if self._reads_ahead:
+                await self._speak_read_ahead(item)
+            else:
+                # In step with the engine: each chunk is sent before the next is read.
+                request_id = f"{self._session_id}:{self.key}:{item.index}"
+                timings = SegmentTimings()
+
+                async def deliver(chunk: np.ndarray) -> None:
+                    await self._speak_chunk(item, chunk, timings)
+
+                await self._read_engine(item, request_id, timings, deliver)
         finally:
             self._speaking = False
-            # A no-op once the engine was done; else (a failure of ours, a
-            # cancel) the engine must not keep generating for nobody.
-            await pull.stop()
-        if not started:
+        if item.index not in self.stats.started_segments:
             await self._segment_started(item)
         self.stats.segments_done += 1
         done = SegmentDone(
             context_id=self.context_id, segment=item.index, end_ms=self.timeline_ms()
         )
         await self._out.put(OutEvent(done, worker=self))
+
+    async def _speak_chunk(self, item: Speak, chunk: np.ndarray, timings: SegmentTimings) -> None:
+        if self.stats.first_timings is None and len(chunk):
+            self.stats.first_timings = timings
+        if item.index not in self.stats.started_segments:
+            await self._segment_started(item)
+        await self._send_audio(chunk)
+
+    async def _speak_read_ahead(self, item: Speak) -> None:
+        pull = self._pulls.pop(item.index, None) or self._start_pull(item)
+        try:
+            while True:
+                got = await pull.chunks.get()
+                if isinstance(got, PullEnd):
+                    return
+                if isinstance(got, BaseException):
+                    raise got
+                await self._speak_chunk(item, got, pull.timings)
+                self._unsent -= len(got)
+                if self._unsent < self._read_ahead:
+                    self._room.set()
+        finally:
+            # A no-op once the engine was done; else (a failure of ours, a
+            # cancel) the engine must not keep generating for nobody.
+            await pull.stop()
 
     # ------------------------------------------------------------------ engine requests
 
@@ -372,7 +394,7 @@ class ContextWorker:
     def _pull_next(self) -> None:
         """Send the next queued segment to the engine now, if none is there: its
         audio is read ahead while earlier audio is still encoded and sent."""
-        if self.cancelled or self.finished or self.task is None:
+        if not self._reads_ahead or self.cancelled or self.finished or self.task is None:
             return
         if self._live_pull is not None and self._live_pull.running:
             return
@@ -380,13 +402,20 @@ class ContextWorker:
             if isinstance(waiting, EndContext):
                 return
             if isinstance(waiting, Speak) and waiting.index not in self._pulls:
-                # in order, however far the sending lags (max_lead_s bounds it)
+                # in order, however far the sending lags (READ_AHEAD_S bounds it)
                 self._pulls[waiting.index] = self._start_pull(waiting)
                 return
 
     async def _pull(self, item: Speak, pull: SegmentPull) -> None:
+        async def deliver(chunk: np.ndarray) -> None:
+            self._unsent += len(chunk)
+            pull.chunks.put_nowait(chunk)
+            while self._unsent >= self._read_ahead:  # the client is not keeping up
+                self._room.clear()
+                await self._room.wait()
+
         try:
-            await self._read_engine(item, pull)
+            await self._read_engine(item, pull.request_id, pull.timings, deliver)
         except asyncio.CancelledError as e:
             pull.chunks.put_nowait(e)  # whoever waits on this segment is not left hanging
             raise
@@ -399,16 +428,21 @@ class ContextWorker:
         pull.chunks.put_nowait(PULL_END)
         self._pull_next()
 
-    async def _read_engine(self, item: Speak, pull: SegmentPull) -> None:
-        """The segment's engine request, its chunks into ``pull`` as they come."""
-        request_id = pull.request_id
+    async def _read_engine(
+        self,
+        item: Speak,
+        request_id: str,
+        timings: SegmentTimings,
+        deliver: Callable[[np.ndarray], Awaitable[None]],
+    ) -> None:
+        """The segment's engine request, each chunk to ``deliver`` as it comes."""
         if not self._voice_resolved:
             # Once per context: a voice deleted mid-reply still finishes the reply.
             if self._resolve_voice is not None:
                 self._reference = await self._resolve_voice(self.spec.config.voice)
             self._voice_resolved = True
         request = to_engine_request(
-            request_id, self.spec, item.text, pull.timings, self._reference, self._continuity
+            request_id, self.spec, item.text, timings, self._reference, self._continuity
         )
         cap = int(self.spec.config.max_audio_seconds * self._engine.sample_rate)
         produced = 0
@@ -420,9 +454,6 @@ class ContextWorker:
         try:
             while produced < cap:
                 await self._respect_lead()
-                while self._unsent >= self._read_ahead:  # the client is not keeping up
-                    self._room.clear()
-                    await self._room.wait()
                 chunk = await self._next_chunk(stream, request_id)
                 if chunk is None:
                     exhausted = True
@@ -432,8 +463,7 @@ class ContextWorker:
                     await self._engine.abort(request_id)  # runaway segment: stop paying for it
                     exhausted = True
                 produced += len(chunk)
-                self._unsent += len(chunk)
-                pull.chunks.put_nowait(chunk)
+                await deliver(chunk)
         finally:
             if self.current_request == request_id:
                 self.current_request = None

@@ -123,6 +123,13 @@ class SpeechEngine(Protocol):
     async def close(self) -> None: ...
 
 
+# An engine may set ``self_paced = True``: it makes a request's audio at its
+# own pace whether or not it is read (another process, device or thread, as
+# the Higgs engine's talkers), so the gateway reads it ahead of what it sends
+# (gateway/realtime/segment_pull.py). Engines that make audio as it is read,
+# on the gateway's own CPU, leave it unset and are read in step with sending.
+
+
 @runtime_checkable
 class DeviceTracing(Protocol):
     """An engine that can record a trace of its device work on request (the

@@ -112,6 +112,8 @@ class HiggsEngine:
     """:class:`~realtime_engine.engines.base.SpeechEngine` on a Higgs Audio v3 talker."""
 
     name = "higgs"
+    # Its talker makes audio at its own pace (engines/base.py: self_paced).
+    self_paced = True
 
     def __init__(
         self,

@@ -341,7 +341,7 @@ class ContextWorker:
                 await self._speak_read_ahead(item)
             else:
                 # In step with the engine: each chunk is sent before the next is read.
-                request_id = f"{self._session_id}:{self.key}:{item.index}"
+                request_id = self._request_id(item)
                 timings = SegmentTimings()
 
                 async def deliver(chunk: np.ndarray) -> None:
@@ -385,8 +385,11 @@ class ContextWorker:
 
     # ------------------------------------------------------------------ engine requests
 
+    def _request_id(self, item: Speak) -> str:
+        return f"{self._session_id}:{self.key}:{item.index}"
+
     def _start_pull(self, item: Speak) -> SegmentPull:
-        pull = SegmentPull(item.index, f"{self._session_id}:{self.key}:{item.index}")
+        pull = SegmentPull(item.index, self._request_id(item))
         pull.task = asyncio.create_task(self._pull(item, pull), name=f"pull-{pull.request_id}")
         self._live_pull = pull
         return pull

@@ -3,15 +3,14 @@
 A ``ContextWorker`` turns a context's segments into audio, one engine request
 at a time, in order, and puts frames and events on the session's bounded
 outbound queue (``gateway.realtime.outbound``). From a self-paced engine (one
-that makes a request's audio whether or not it is read, as the Higgs talker
-does in its own process or thread), each request's audio is read as it
-comes, up to ``READ_AHEAD_S`` ahead of what was sent
-(``gateway.realtime.segment_pull``), so the next segment goes to the engine as
-soon as the engine is done with the previous one, while that one's audio may
-still wait for its encoding. Other engines are read in step with the sending. Generation runs
-ahead of real-time playback by at most ``max_lead_s`` so a barge-in wastes
-little engine work. A failure ends only this context: an ``error`` then
-``context.done{failed}``.
+that makes a request's audio whether or not it is read, as the Higgs talkers
+do in their own process or thread), each request's audio is read as it comes,
+up to ``READ_AHEAD_S`` ahead of what was sent (``gateway.realtime.segment_pull``),
+so the next segment goes to the engine as soon as the engine is done with the
+previous one, while that one's audio may still wait for its encoding. Other
+engines are read in step with the sending. Generation runs ahead of real-time
+playback by at most ``max_lead_s`` so a barge-in wastes little engine work.
+A failure ends only this context: an ``error`` then ``context.done{failed}``.
 """
 
 from __future__ import annotations

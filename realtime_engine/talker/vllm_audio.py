@@ -66,7 +66,9 @@ class StepCounter:
         self._last: float | None = None
         self._sent_at: float | None = None
 
-    def step(self, batch: int) -> None:
+    def step(self, batch: int) -> StepStats | None:
+        """Count a step of ``batch`` audio requests; the counters when it is time
+        to send them again (else None)."""
         now = self._clock()
         self.steps += 1
         self.rows += batch
@@ -74,10 +76,6 @@ class StepCounter:
             self.timed_steps += 1
             self.step_s += now - self._last
         self._last = now
-
-    def due(self) -> StepStats | None:
-        """The counters, when it is time to send them again (else None)."""
-        now = self._clock()
         if self._sent_at is not None and now - self._sent_at < STATS_INTERVAL_S:
             return None
         self._sent_at = now
@@ -213,7 +211,7 @@ class VllmAudio:
     def after_step(self, packed: torch.Tensor, keys: list[str | None]) -> None:
         """The sampler wrote this step's rows; ``packed`` ``[B, N + 3]`` (see
         :meth:`StepRows.packed`), ``keys`` the audio request of each batch row."""
-        batch = sum(k is not None for k in keys)
+        batch = len(keys) - keys.count(None)
         if batch:
             self._count_step(batch)
             status = packed[:, NUM_CODEBOOKS:].contiguous()
@@ -336,8 +334,7 @@ class VllmAudio:
                 self.fail(args, f"codec decode failed: {error}")
 
     def _count_step(self, batch: int) -> None:
-        self.steps.step(batch)
-        stats = self.steps.due()
+        stats = self.steps.step(batch)
         if stats is None:
             return
         endpoints = sorted({args.endpoint for args in self._args.values()})

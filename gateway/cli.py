@@ -133,6 +133,14 @@ def build_parser() -> argparse.ArgumentParser:
         "loop for the GIL)",
     )
     serve.add_argument(
+        "--read-ahead",
+        type=float,
+        metavar="SECONDS",
+        help="read each context's audio from the talker up to SECONDS ahead of what was "
+        "sent, so its next segment starts sooner (default 0: in step with the sending; "
+        "audio read ahead of a listener who stops is wasted, docs/bench/RESULTS.md s. 17)",
+    )
+    serve.add_argument(
         "--drain-timeout",
         type=float,
         default=30.0,
@@ -265,6 +273,7 @@ def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
         voice_store=getattr(args, "voice_store", None),
         voice_cache_entries=getattr(args, "voice_cache", None),
         encode_threads=getattr(args, "encode_threads", None),
+        read_ahead_s=getattr(args, "read_ahead", None),
         drain_timeout_s=args.drain_timeout,
         exit_on_engine_death=args.exit_on_engine_death or None,
         model_name=args.model_name,

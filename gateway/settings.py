@@ -50,6 +50,12 @@ class GatewaySettings(BaseModel):
     # GIL released). Few on purpose: each one also takes the GIL back after
     # every packet, in turn with the event loop.
     encode_threads: int = Field(default=4, ge=1, le=64)
+    # From a self-paced engine (the Higgs talkers), read each context's audio
+    # up to this far ahead of what was sent, so that its next segment starts
+    # as soon as the engine is done with the last one. Off by default: audio
+    # read ahead of a listener who stops is wasted engine work
+    # (gateway.realtime.contexts.DEFAULT_READ_AHEAD_S says what it measured).
+    read_ahead_s: float = Field(default=0.0, ge=0, le=30)
     # Once the engine is warm, freeze the start-up heap so that the collector's
     # full passes (0.5 s and more with vLLM loaded) skip it (gateway.gc_heap).
     # `serve` turns it on; off here so in-process apps (tests) leave gc alone.

@@ -41,6 +41,14 @@ DEFAULT_CODEC_PRECISION: Final = "tf32"
 CODEC_KERNELS: Final = ("eager", "snake", "compiled")
 DEFAULT_CODEC_KERNELS: Final = "eager"
 
+# The CUDA priority of the codec's streams, against the talker's forward pass
+# on the default priority: "high" lets a chunk's codec work take the SMs as
+# they free up instead of queueing behind the next step's kernels. "normal" by
+# default: on an H200, high left `latency`'s first chunk 12.5-12.7 ms after the
+# first full frame row, against 12.4 ms (docs/bench/RESULTS.md, section 17).
+CODEC_STREAM_PRIORITIES: Final = ("high", "normal")
+DEFAULT_CODEC_STREAM_PRIORITY: Final = "normal"
+
 # Bounds of a chunking (the protocol's limits; the engine's per-slot PCM ring
 # is sized from them).
 MAX_FIRST_CHUNK_FRAMES: Final = 100

@@ -61,6 +61,9 @@ def test_flags_become_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings_from_args(args).api_keys == ("a", "b")
     args = build_parser().parse_args(["serve", "--encode-threads", "2"])
     assert settings_from_args(args).encode_threads == 2
+    assert settings.read_ahead_s == 0  # contexts read in step unless told otherwise
+    args = build_parser().parse_args(["serve", "--read-ahead", "2.5"])
+    assert settings_from_args(args).read_ahead_s == 2.5
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--engine", "nope"])
 

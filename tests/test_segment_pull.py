@@ -15,7 +15,7 @@ import pytest
 from gateway.metrics import GatewayMetrics
 from gateway.protocol import SessionConfig, unpack_audio_frame
 from gateway.realtime.actions import EndContext, OpenContext, Speak
-from gateway.realtime.contexts import READ_AHEAD_S, ContextWorker
+from gateway.realtime.contexts import ContextWorker
 from gateway.realtime.outbound import Outbound, OutClose
 from gateway.realtime.segment_pull import Inbox
 from realtime_engine.engines.base import SegmentRequest
@@ -45,8 +45,12 @@ class WatchedEngine(FakeEngine):
             self.event(self.ended, int(request.request_id.rsplit(":", 1)[1])).set()
 
 
+# What a server started with ``--read-ahead 3`` gives its contexts.
+READ_AHEAD_S = 3.0
+
+
 def started_worker(
-    engine: FakeEngine, outbound: Outbound, *texts: str
+    engine: FakeEngine, outbound: Outbound, *texts: str, read_ahead_s: float = READ_AHEAD_S
 ) -> tuple[ContextWorker, list[str]]:
     """A context worker (PCM out) given ``texts`` as its first segments, and the
     statuses it closed with."""
@@ -59,6 +63,7 @@ def started_worker(
         outbound,
         max_lead_s=60.0,
         encode_inline_max_ms=1e9,
+        read_ahead_s=read_ahead_s,
         on_closed=lambda worker, status: closed.append(status),
     )
     worker.start()
@@ -172,10 +177,23 @@ async def test_a_reader_that_stops_holds_the_engine_once_the_read_ahead_is_full(
     await asyncio.gather(worker.task, return_exceptions=True)
 
 
-async def test_an_engine_that_makes_audio_as_it_is_read_is_read_in_step() -> None:
-    engine = FakeEngine(chunk_samples=960)  # not self-paced: makes audio as it is read
+@pytest.mark.parametrize(
+    ("engine_kind", "read_ahead_s"),
+    [
+        # not self-paced: it makes audio as it is read, so reading ahead is never on
+        (FakeEngine, READ_AHEAD_S),
+        # self-paced, on a server with the default read-ahead (none)
+        (WatchedEngine, 0.0),
+    ],
+)
+async def test_a_context_reads_in_step_unless_both_engine_and_server_read_ahead(
+    engine_kind: type[FakeEngine], read_ahead_s: float
+) -> None:
+    engine = engine_kind(chunk_samples=960)
     outbound = Outbound(1, GatewayMetrics())  # the client reads nothing yet
-    worker, closed = started_worker(engine, outbound, "First.", "Second.")
+    worker, closed = started_worker(
+        engine, outbound, "First.", "Second.", read_ahead_s=read_ahead_s
+    )
     worker.submit(EndContext(1, None))
     assert await settle(lambda: outbound.qsize() == 1 and bool(engine.running))
     for _ in range(100):  # held: the engine is read no further than what was sent

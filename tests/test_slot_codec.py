@@ -506,3 +506,13 @@ def test_a_frames_codes_by_flat_offsets_are_the_indexed_ones(
     cleaned = torch.where((raw < 0) | (raw >= CODEBOOK_SIZE), 0, raw).long()
     assert torch.equal(cleaned, indexed)
     assert torch.equal(index, expected_index)
+
+
+@pytest.mark.parametrize(("option", "value"), [("kernels", "fast"), ("stream_priority", "urgent")])
+def test_an_unknown_codec_option_value_is_refused_by_name(
+    codec: CodecDecoder, option: str, value: str
+) -> None:
+    """The engine core builds its codec from the engine config's codec options: a
+    value it does not know stops the start with the valid ones named."""
+    with pytest.raises(ValueError, match=f"must be one of .*got '{value}'"):
+        CodecSlots(codec, SLOTS, **{option: value})

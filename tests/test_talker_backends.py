@@ -91,6 +91,34 @@ def test_fp8_weights_and_the_sampler_switch_reach_the_engine_arguments() -> None
     assert args["additional_config"][CODEC_CONFIG_KEY]["precision"] == "tf32"
 
 
+def test_codec_options_in_the_talker_options_win_over_the_flags() -> None:
+    """A codec option with no flag of its own (the codec streams' CUDA priority)
+    reaches the engine core through the talker options' additional_config, and
+    one given there overrides the flag's value; the rest keep the flags'."""
+    from realtime_engine.talker.vllm_engine_config import talker_engine_args
+    from realtime_engine.talker.vllm_protocol import CODEC_CONFIG_KEY
+
+    options = parse_talker_options(
+        "vllm",
+        {
+            "engine_args": {
+                "additional_config": {
+                    CODEC_CONFIG_KEY: {"stream_priority": "normal", "max_batch": 32}
+                }
+            }
+        },
+    )
+    args = talker_engine_args(
+        "/m", enforce_eager=True, codec_precision="tf32", codec_batch=64, **options.engine_args
+    )
+    assert args["additional_config"][CODEC_CONFIG_KEY] == {
+        "precision": "tf32",
+        "max_batch": 32,
+        "kernels": "eager",
+        "stream_priority": "normal",
+    }
+
+
 def test_the_sampler_is_compiled_unless_the_engine_config_says_not() -> None:
     from types import SimpleNamespace
 

@@ -4,11 +4,12 @@ A ``ContextWorker`` turns a context's segments into audio, one engine request
 at a time, in order, and puts frames and events on the session's bounded
 outbound queue (``gateway.realtime.outbound``). From a self-paced engine (one
 that makes a request's audio whether or not it is read, as the Higgs talkers
-do in their own process or thread), each request's audio is read as it comes,
-up to ``READ_AHEAD_S`` ahead of what was sent (``gateway.realtime.segment_pull``),
-so the next segment goes to the engine as soon as the engine is done with the
-previous one, while that one's audio may still wait for its encoding. Other
-engines are read in step with the sending. Generation runs ahead of real-time
+do in their own process or thread), a server that sets ``read_ahead_s`` has
+each request's audio read as it comes, up to that far ahead of what was sent
+(``gateway.realtime.segment_pull``), so the next segment goes to the engine as
+soon as the engine is done with the previous one, while that one's audio may
+still wait for its encoding. By default, and from other engines, audio is read
+in step with the sending. Generation runs ahead of real-time
 playback by at most ``max_lead_s`` so a barge-in wastes little engine work.
 A failure ends only this context: an ``error`` then ``context.done{failed}``.
 """
@@ -67,11 +68,12 @@ VoiceResolver = Callable[[str], Awaitable[VoiceReference | None]]
 
 # How long a context failed from outside waits for its task's cleanup.
 FAIL_UNWIND_S = 1.0
-# Audio a context may hold read from the engine but not yet sent: enough to
-# cover the encode pool's queue under load (under a second at 256 streams on
-# an H200), small enough that a client that stops reading holds its engine
-# request (about 290 kB of PCM per context).
-READ_AHEAD_S = 3.0
+# The default ``read_ahead_s``: none. Reading ahead starts a context's next
+# segment earlier, but each second of it is audio made for a listener who may
+# stop (a cut, a barge-in) before it is sent: on an H200 at 256 streams that
+# cut 10 s in, it wasted 9.5% of the talker's audio against 1% and served
+# 392-406 audio-s/s against 441-468 (docs/bench/RESULTS.md, section 17).
+DEFAULT_READ_AHEAD_S = 0.0
 
 
 def to_engine_request(
@@ -121,6 +123,7 @@ class ContextWorker:
         encode_inline_max_ms: float,
         encode_pool: EncodePool | None = None,
         stall_timeout_s: float = 60.0,
+        read_ahead_s: float = DEFAULT_READ_AHEAD_S,
         on_closed: Callable[[ContextWorker, str], None],
         on_queue_change: Callable[[int], None] = lambda delta: None,
         resolve_voice: VoiceResolver | None = None,
@@ -157,9 +160,9 @@ class ContextWorker:
         # Read ahead only from an engine that makes audio at its own pace anyway
         # (``self_paced``): one that makes it as it is read, on the gateway's
         # own CPU, would make audio for listeners far ahead first.
-        self._reads_ahead = bool(getattr(engine, "self_paced", False))
+        self._reads_ahead = read_ahead_s > 0 and bool(getattr(engine, "self_paced", False))
         self._unsent = 0  # samples read from the engine, not yet sent
-        self._read_ahead = max(1, int(READ_AHEAD_S * engine.sample_rate))
+        self._read_ahead = max(1, int(read_ahead_s * engine.sample_rate))
         self._room = asyncio.Event()  # set while ``_unsent`` is under the read-ahead
         self._room.set()
         self._speaking = False  # a segment's audio is being encoded and sent
@@ -404,7 +407,7 @@ class ContextWorker:
             if isinstance(waiting, EndContext):
                 return
             if isinstance(waiting, Speak) and waiting.index not in self._pulls:
-                # in order, however far the sending lags (READ_AHEAD_S bounds it)
+                # in order, however far the sending lags (``read_ahead_s`` bounds it)
                 self._pulls[waiting.index] = self._start_pull(waiting)
                 return
 

@@ -196,6 +196,7 @@ class SessionPipeline:
             encode_inline_max_ms=settings.encode_inline_max_ms,
             encode_pool=self.state.encode_pool,
             stall_timeout_s=settings.engine_stall_timeout_s,
+            read_ahead_s=settings.read_ahead_s,
             on_closed=self._worker_closed,
             on_queue_change=self.state.metrics.queue_depth.inc,
             resolve_voice=lambda voice_id: self.state.voices.reference(voice_id, self.key_id),

@@ -46,7 +46,9 @@ from realtime_engine.codec.stream_core import StreamingCodec
 from realtime_engine.format import (
     CODEBOOK_SIZE,
     CODEC_KERNELS,
+    CODEC_STREAM_PRIORITIES,
     DEFAULT_CODEC_KERNELS,
+    DEFAULT_CODEC_STREAM_PRIORITY,
     MAX_CHUNK_FRAMES,
     MAX_HOLDBACK_FRAMES,
     PRESETS,
@@ -91,11 +93,20 @@ class CodecSlots:
         kernels: str = DEFAULT_CODEC_KERNELS,
         ring_frames: int = RING_FRAMES,
         bucket_tails: bool | None = None,
+        stream_priority: str = DEFAULT_CODEC_STREAM_PRIORITY,
     ) -> None:
         """``bucket_tails``: run tails padded to the step's batch buckets, from
-        static buffers (default: where the step is captured, so they are too)."""
+        static buffers (default: where the step is captured, so they are too).
+        ``stream_priority``: the codec's and the gathers' CUDA stream priority
+        (:data:`CODEC_STREAM_PRIORITIES`)."""
         if kernels not in CODEC_KERNELS:
             raise ValueError(f"codec kernels must be one of {CODEC_KERNELS}; got {kernels!r}")
+        if stream_priority not in CODEC_STREAM_PRIORITIES:
+            raise ValueError(
+                f"codec stream priority must be one of {CODEC_STREAM_PRIORITIES};"
+                f" got {stream_priority!r}"
+            )
+        self.stream_priority = stream_priority
         self.kernels = kernels
         self._cuda = codec.device.type == "cuda"
         # the activation kernel is Triton's: CUDA only
@@ -108,8 +119,13 @@ class CodecSlots:
         self.num_codebooks = self.stream_codec.num_quantizers
         self.ring_len = ring_frames * self.hop
         self.ring = torch.zeros(slots + 1, self.ring_len, dtype=torch.float32, device=self.device)
-        self.stream = torch.cuda.Stream(self.device) if self._cuda else None
-        self.gather_stream = torch.cuda.Stream(self.device) if self._cuda else None
+        # A lower number is a higher priority; -1 is valid on every CUDA device.
+        # Captured graphs replay at the priority of the stream they launch on.
+        priority = -1 if stream_priority == "high" else 0
+        self.stream = torch.cuda.Stream(self.device, priority=priority) if self._cuda else None
+        self.gather_stream = (
+            torch.cuda.Stream(self.device, priority=priority) if self._cuda else None
+        )
         self._gathered: torch.cuda.Event | None = None  # the last gather, on its stream
         self._sizes = bucket_sizes(slots)
         if kernels == "compiled" and slots > 1:

@@ -36,7 +36,13 @@ import torch
 
 from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.presets import next_chunk_frames, validate_chunking
-from realtime_engine.format import DEFAULT_CODEC_KERNELS, DELAY_ROWS, SAMPLE_RATE, ChunkingParams
+from realtime_engine.format import (
+    DEFAULT_CODEC_KERNELS,
+    DEFAULT_CODEC_STREAM_PRIORITY,
+    DELAY_ROWS,
+    SAMPLE_RATE,
+    ChunkingParams,
+)
 from realtime_engine.talker.codec_slots import CodecSlots
 
 # Audio a listener should still hold when a request's next chunk is planned.
@@ -110,8 +116,11 @@ class SlotCodec:
         max_batch: int = 64,
         graphs: bool = False,
         kernels: str = DEFAULT_CODEC_KERNELS,
+        stream_priority: str = DEFAULT_CODEC_STREAM_PRIORITY,
     ) -> None:
-        self.device_codec = CodecSlots(codec, slots, graphs=graphs, kernels=kernels)
+        self.device_codec = CodecSlots(
+            codec, slots, graphs=graphs, kernels=kernels, stream_priority=stream_priority
+        )
         self.max_batch = max(1, max_batch)
         self.hop = self.device_codec.hop
         self._streams: dict[str, SlotStream] = {}

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from realtime_engine.codec.decoder import CodecDecoder
-from realtime_engine.format import DEFAULT_CODEC_KERNELS
+from realtime_engine.format import DEFAULT_CODEC_KERNELS, DEFAULT_CODEC_STREAM_PRIORITY
 from realtime_engine.talker.device_watchdog import DeviceWatchdog, process_watchdog
 from realtime_engine.talker.slot_codec import ChunkPlan, SlotCodec, SlotStream
 from realtime_engine.talker.types import MAX_RETURNED_ROWS, NUM_CODEBOOKS
@@ -128,6 +128,7 @@ class VllmAudio:
         keep: int = 128,
         graphs: bool = False,
         kernels: str = DEFAULT_CODEC_KERNELS,
+        stream_priority: str = DEFAULT_CODEC_STREAM_PRIORITY,
         step_event: Callable[[], StepEvent] | None = None,
         watchdog: DeviceWatchdog | None = None,
         clock: Callable[[], float] = time.perf_counter,
@@ -138,7 +139,12 @@ class VllmAudio:
         on events (on CUDA, the process's by default)."""
         self._step_event = step_event
         self.codec = SlotCodec(
-            codec, slots=table.shape[0], max_batch=max_batch, graphs=graphs, kernels=kernels
+            codec,
+            slots=table.shape[0],
+            max_batch=max_batch,
+            graphs=graphs,
+            kernels=kernels,
+            stream_priority=stream_priority,
         )
         # Streams of requests vLLM removed unfinished (preempted or aborted).
         self._detached: OrderedDict[str, SlotStream] = OrderedDict()

@@ -70,10 +70,14 @@ def talker_engine_args(
     if not enforce_eager and cuda_present():
         engine_kwargs.setdefault("compilation_config", default_compilation_config())
     additional = dict(engine_kwargs.pop("additional_config", None) or {})
+    # Codec options given in the talker options' own additional_config (those
+    # with no flag of their own, such as "stream_priority") win over these.
+    given = additional.get(CODEC_CONFIG_KEY)
     additional[CODEC_CONFIG_KEY] = {
         "precision": codec_precision,
         "max_batch": codec_batch,
         "kernels": codec_kernels,
+        **(given if isinstance(given, dict) else {}),
     }
     return {
         "model": str(model_dir),

@@ -40,7 +40,7 @@ try:
 except ImportError:  # releases where MRv2 returned the shared V1 type
     from vllm.v1.outputs import SamplerOutput  # type: ignore[assignment]
 
-from realtime_engine.format import DEFAULT_CODEC_KERNELS
+from realtime_engine.format import DEFAULT_CODEC_KERNELS, DEFAULT_CODEC_STREAM_PRIORITY
 from realtime_engine.talker.vllm_audio import VllmAudio
 from realtime_engine.talker.vllm_protocol import SAMPLER_CONFIG_KEY, TalkerArgs
 from realtime_engine.talker.vllm_publish import RowPublisher
@@ -90,6 +90,9 @@ class HiggsModelState(DefaultModelState):
                 keep=2 * self.max_num_reqs,
                 graphs=use_graphs,
                 kernels=str(codec_options.get("kernels", DEFAULT_CODEC_KERNELS)),
+                stream_priority=str(
+                    codec_options.get("stream_priority", DEFAULT_CODEC_STREAM_PRIORITY)
+                ),
             )
             if codec is not None and first_rank
             else None

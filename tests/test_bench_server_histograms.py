@@ -7,6 +7,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
 from bench.gpu.server_histograms import (
+    audio_digest,
     engine_digest,
     lag_digest,
     read_snapshot,
@@ -74,3 +75,22 @@ def test_a_steps_engine_samples_say_how_full_its_batches_were(tmp_path: Path) ->
     assert line.startswith("- sweep_c256:")
     assert line.endswith("engine 10 samples, step mean 10.2 ms, batch mean 160, p90 <= 256")
     assert engine_digest(read_snapshot(_scrape(GatewayMetrics()))) is None
+
+
+def test_a_steps_talker_audio_says_how_much_was_never_sent(tmp_path: Path) -> None:
+    """Audio the talker made (summed over its ranks) against audio sent, per step."""
+    metrics = GatewayMetrics()
+    metrics.talker_audio_seconds.labels(rank="0").inc(10)
+    metrics.audio_seconds_out.inc(10)
+    metrics.observe_stages({"ttfa": 0.09})
+    (tmp_path / "metrics_preset_exact.txt").write_text(_scrape(metrics))
+    metrics.talker_audio_seconds.labels(rank="0").inc(600)
+    metrics.talker_audio_seconds.labels(rank="1").inc(400)
+    metrics.audio_seconds_out.inc(905)  # 95 s made for streams cut first
+    metrics.observe_stages({"ttfa": 0.4})
+    (tmp_path / "metrics_sweep_c256.txt").write_text(_scrape(metrics))
+    (tmp_path / "steps.tsv").write_text("preset_exact\tok\t16\t\nsweep_c256\tok\t31\t\n")
+    first, second = step_lines(tmp_path)
+    assert first.endswith("; talker audio 10 s made, 0.0% never sent")
+    assert second.endswith("; talker audio 1000 s made, 9.5% never sent")
+    assert audio_digest(read_snapshot(_scrape(GatewayMetrics()))) is None

@@ -12,7 +12,10 @@ share is its file minus the previous step's. Two are digested:
 - ``speech_engine_step_seconds`` and ``speech_engine_batch_size``: the
   engine's mean step time and batch (requests per step) over the step's
   one-second samples, and how full its fullest tenth of samples was: how
-  many of a level's streams the engine actually had in hand.
+  many of a level's streams the engine actually had in hand;
+- ``speech_talker_audio_seconds`` against ``speech_audio_seconds_out``: the
+  audio the talker made during the step and the share of it never sent (made
+  for streams that ended first: a client's cut, or audio read ahead).
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ _LAG = "speech_event_loop_lag_seconds"
 _STAGE = "speech_stage_seconds"
 _STEP = "speech_engine_step_seconds"
 _BATCH = "speech_engine_batch_size"
+_MADE = "speech_talker_audio_seconds"
+_SENT = "speech_audio_seconds_out"
 
 Snapshot = dict[tuple[str, str], float]  # (sample name, label) -> value
 
@@ -36,6 +41,11 @@ def read_snapshot(text: str) -> Snapshot:
     """The stage sums and counts and the loop lag's buckets of one scrape."""
     out: Snapshot = {}
     for family in text_string_to_metric_families(text):
+        if family.name in (_MADE, _SENT):  # counters: summed over the engine's ranks
+            for s in family.samples:
+                if s.name.endswith("_total"):
+                    out[(family.name, "")] = out.get((family.name, ""), 0.0) + s.value
+            continue
         if family.name not in (_STAGE, _LAG, _STEP, _BATCH):
             continue
         for s in family.samples:
@@ -105,6 +115,15 @@ def engine_digest(step: Snapshot) -> str | None:
     )
 
 
+def audio_digest(step: Snapshot) -> str | None:
+    """``a s made, b% never sent`` for one step (None when the talker made none)."""
+    made = step.get((_MADE, ""), 0.0)
+    if made <= 0:
+        return None
+    unsent = max(0.0, made - step.get((_SENT, ""), 0.0)) / made
+    return f"{made:.0f} s made, {unsent:.1%} never sent"
+
+
 def step_lines(out_dir: Path) -> list[str]:
     """One line per step with a scrape, in the run's step order (``steps.tsv``)."""
     steps = out_dir / "steps.tsv"
@@ -121,7 +140,9 @@ def step_lines(out_dir: Path) -> list[str]:
         step = _delta(now, before)
         before = now
         stages, lag, engine = stage_digest(step), lag_digest(step), engine_digest(step)
+        audio = audio_digest(step)
         if stages or lag or engine:
             line = f"- {name}: stages (mean ms) {stages or '-'}; event-loop lag {lag or '-'}"
-            lines.append(line + (f"; engine {engine}" if engine else ""))
+            line += f"; engine {engine}" if engine else ""
+            lines.append(line + (f"; talker audio {audio}" if audio else ""))
     return lines

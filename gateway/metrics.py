@@ -92,6 +92,14 @@ class GatewayMetrics:
             buckets=_BATCH_BUCKETS,
             registry=r,
         )
+        # Against speech_talker_audio_seconds: rows the talker made that never
+        # became audio (a request stopped before its rows were decoded).
+        self.engine_rows = Counter(
+            "speech_engine_rows",
+            "Code rows the talker made, one per request per step (40 ms of audio each; "
+            "a request's first 7 rows complete no frame)",
+            registry=r,
+        )
         self.queue_depth = Gauge(
             "speech_queue_depth", "Segments waiting for the engine", registry=r
         )
@@ -262,6 +270,8 @@ class EngineStatsSampler:
             self._metrics.engine_batch_size.observe(batch)
             by_batch = self._metrics.engine_step_seconds_by_batch
             by_batch.labels(batch=batch_bucket(batch)).observe(step_s)
+        if stats.rows > self._rows:  # fewer: a restarted engine's counters
+            self._metrics.engine_rows.inc(stats.rows - self._rows)
         self._steps, self._total_s, self._rows = stats.steps, total_s, stats.rows
         if stats.waiting is not None:
             self._metrics.engine_waiting.set(stats.waiting)

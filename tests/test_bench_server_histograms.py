@@ -87,10 +87,13 @@ def test_a_steps_talker_audio_says_how_much_was_never_sent(tmp_path: Path) -> No
     metrics.talker_audio_seconds.labels(rank="0").inc(600)
     metrics.talker_audio_seconds.labels(rank="1").inc(400)
     metrics.audio_seconds_out.inc(905)  # 95 s made for streams cut first
+    metrics.engine_rows.inc(31_250)  # rows for 1,250 s: 250 s never decoded
     metrics.observe_stages({"ttfa": 0.4})
     (tmp_path / "metrics_sweep_c256.txt").write_text(_scrape(metrics))
     (tmp_path / "steps.tsv").write_text("preset_exact\tok\t16\t\nsweep_c256\tok\t31\t\n")
     first, second = step_lines(tmp_path)
     assert first.endswith("; talker audio 10 s made, 0.0% never sent")
-    assert second.endswith("; talker audio 1000 s made, 9.5% never sent")
+    assert second.endswith(
+        "; talker audio 1000 s made, 9.5% never sent; rows for 1250 s, 27.6% never sent"
+    )
     assert audio_digest(read_snapshot(_scrape(GatewayMetrics()))) is None

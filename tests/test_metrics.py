@@ -36,6 +36,10 @@ def test_sampler_records_interval_means() -> None:
     assert abs(sample(metrics, "speech_engine_step_seconds_sum") - (0.004 + 0.0085)) < 1e-9
     assert sample(metrics, "speech_engine_batch_size_sum") == 4 + 8
     assert sample(metrics, "speech_engine_waiting_requests") == 0
+    assert sample(metrics, "speech_engine_rows_total") == 200
+    sampler.observe(Stats(steps=5, rows=20, mean_step_s=0.004, waiting=0))  # a new engine
+    sampler.observe(Stats(steps=6, rows=24, mean_step_s=0.004, waiting=0))
+    assert sample(metrics, "speech_engine_rows_total") == 204
 
 
 def test_registries_are_per_instance() -> None:

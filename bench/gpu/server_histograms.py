@@ -13,9 +13,11 @@ share is its file minus the previous step's. Two are digested:
   engine's mean step time and batch (requests per step) over the step's
   one-second samples, and how full its fullest tenth of samples was: how
   many of a level's streams the engine actually had in hand;
-- ``speech_talker_audio_seconds`` against ``speech_audio_seconds_out``: the
-  audio the talker made during the step and the share of it never sent (made
-  for streams that ended first: a client's cut, or audio read ahead).
+- ``speech_engine_rows``, ``speech_talker_audio_seconds`` and
+  ``speech_audio_seconds_out``: the audio the talker's rows stand for (40 ms
+  a row), the audio it decoded from them, and the share of each never sent
+  (made for streams that ended first: a client's cut, or audio read ahead;
+  rows also include each request's 7 delay rows).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ _STAGE = "speech_stage_seconds"
 _STEP = "speech_engine_step_seconds"
 _BATCH = "speech_engine_batch_size"
 _MADE = "speech_talker_audio_seconds"
+_ROWS = "speech_engine_rows"
+ROW_S = 0.04  # audio per talker row (one codec frame)
 _SENT = "speech_audio_seconds_out"
 
 Snapshot = dict[tuple[str, str], float]  # (sample name, label) -> value
@@ -41,7 +45,7 @@ def read_snapshot(text: str) -> Snapshot:
     """The stage sums and counts and the loop lag's buckets of one scrape."""
     out: Snapshot = {}
     for family in text_string_to_metric_families(text):
-        if family.name in (_MADE, _SENT):  # counters: summed over the engine's ranks
+        if family.name in (_MADE, _SENT, _ROWS):  # counters: summed over the engine's ranks
             for s in family.samples:
                 if s.name.endswith("_total"):
                     out[(family.name, "")] = out.get((family.name, ""), 0.0) + s.value
@@ -116,12 +120,17 @@ def engine_digest(step: Snapshot) -> str | None:
 
 
 def audio_digest(step: Snapshot) -> str | None:
-    """``a s made, b% never sent`` for one step (None when the talker made none)."""
+    """``a s made, b% never sent[; rows for c s, d% never sent]`` for one step
+    (None when the talker made no audio)."""
     made = step.get((_MADE, ""), 0.0)
     if made <= 0:
         return None
-    unsent = max(0.0, made - step.get((_SENT, ""), 0.0)) / made
-    return f"{made:.0f} s made, {unsent:.1%} never sent"
+    sent = step.get((_SENT, ""), 0.0)
+    out = f"{made:.0f} s made, {max(0.0, made - sent) / made:.1%} never sent"
+    rows_s = step.get((_ROWS, ""), 0.0) * ROW_S
+    if rows_s > 0:
+        out += f"; rows for {rows_s:.0f} s, {max(0.0, rows_s - sent) / rows_s:.1%} never sent"
+    return out
 
 
 def step_lines(out_dir: Path) -> list[str]:

@@ -515,4 +515,5 @@ def test_an_unknown_codec_option_value_is_refused_by_name(
     """The engine core builds its codec from the engine config's codec options: a
     value it does not know stops the start with the valid ones named."""
     with pytest.raises(ValueError, match=f"must be one of .*got '{value}'"):
-        CodecSlots(codec, SLOTS, **{option: value})
+        options: dict[str, Any] = {option: value}
+        CodecSlots(codec, SLOTS, **options)

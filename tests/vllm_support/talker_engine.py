@@ -115,10 +115,14 @@ def sample_prompts(checkpoint: Path) -> list[TalkerPrompt]:
 
 
 def reference_rows(
-    checkpoint: Path, prompts: list[TalkerPrompt], **limits: int
+    checkpoint: Path,
+    prompts: list[TalkerPrompt],
+    *,
+    fixed_rows: int | None = None,
+    max_new_tokens: int = 2048,
 ) -> list[np.ndarray]:
     """Greedy rows of each prompt from the in-process PyTorch reference, one at a
-    time; ``limits``: ``fixed_rows`` or ``max_new_tokens`` of each request."""
+    time, each request limited to ``fixed_rows`` or ``max_new_tokens``."""
     from realtime_engine.model.loader import load_talker
     from realtime_engine.talker.reference_runner import ReferenceRunner
 
@@ -128,7 +132,17 @@ def reference_rows(
         runner = ReferenceRunner(tiny.model)
         try:
             return [
-                await collect(runner.submit(TalkerRequest(f"r{i}", p, GREEDY, **limits)))
+                await collect(
+                    runner.submit(
+                        TalkerRequest(
+                            f"r{i}",
+                            p,
+                            GREEDY,
+                            max_new_tokens=max_new_tokens,
+                            fixed_rows=fixed_rows,
+                        )
+                    )
+                )
                 for i, p in enumerate(prompts)
             ]
         finally:

@@ -427,7 +427,7 @@ def test_last_chunks_from_padded_tail_buckets_equal_whole_decoding(codec: CodecD
         tails.append(len(slots))
         return peek(slots, samples)
 
-    stream_codec.peek = recording  # type: ignore[method-assign]
+    stream_codec.peek = recording  # type: ignore[method-assign, assignment]
     exact = get_preset("exact")
     rows = [talker_rows(n, seed) for seed, n in enumerate([14, 14, 14])]
     for i, slot in enumerate([3, 0, 2]):
@@ -468,7 +468,7 @@ def test_speculative_edges_from_tail_buckets_equal_the_eager_ones(
             peeks.append((len(slots), samples))
             return peek(slots, samples)
 
-        stream_codec.peek = recording  # type: ignore[method-assign]
+        stream_codec.peek = recording  # type: ignore[method-assign, assignment]
         for i, slot in enumerate([2, 0]):
             h.open(f"r{i}", slot, 3 * i, get_preset(preset))
         run(h, rows, [1, 2, 1, 3])
@@ -477,8 +477,8 @@ def test_speculative_edges_from_tail_buckets_equal_the_eager_ones(
         assert any(samples == edge for _, samples in peeks)  # the edges were peeked
         if bucketed:  # every edge ran padded to a bucket, as a captured graph would
             assert all(n in (1, 2, 4) for n, _ in peeks)
-    for eager, bucketed in zip(audio[False], audio[True], strict=True):
-        assert peak_error(bucketed, eager) <= 1e-5
+    for eager_pcm, bucketed_pcm in zip(audio[False], audio[True], strict=True):
+        assert peak_error(bucketed_pcm, eager_pcm) <= 1e-5
 
 
 @settings(max_examples=40, deadline=None)

@@ -24,13 +24,19 @@ from realtime_engine.talker.backends import (
 from realtime_engine.talker.reference_runner import ReferenceRunner
 
 
+def vllm_options(raw: dict[str, Any]) -> VllmOptions:
+    options = parse_talker_options("vllm", raw)
+    assert isinstance(options, VllmOptions)
+    return options
+
+
 def test_unknown_backends_and_keys_are_named() -> None:
     with pytest.raises(TalkerOptionsError, match=r"'onnx'.*auto, vllm, reference"):
         resolve_backend("onnx")
     with pytest.raises(TalkerOptionsError) as info:
         parse_talker_options("vllm", {"max_batch": 2})
     assert "'max_batch'" in str(info.value) and "gpu_memory_utilization" in str(info.value)
-    assert parse_talker_options("vllm", {"engine_args": {"seed": 1}}).engine_args == {"seed": 1}
+    assert vllm_options({"engine_args": {"seed": 1}}).engine_args == {"seed": 1}
     assert parse_talker_options("reference", None) == ReferenceOptions()
 
 
@@ -74,8 +80,7 @@ def test_fp8_weights_and_the_sampler_switch_reach_the_engine_arguments() -> None
     from realtime_engine.talker.vllm_engine_config import talker_engine_args
     from realtime_engine.talker.vllm_protocol import CODEC_CONFIG_KEY, SAMPLER_CONFIG_KEY
 
-    options = parse_talker_options(
-        "vllm",
+    options = vllm_options(
         {
             "engine_args": {
                 "quantization": "fp8",
@@ -98,8 +103,7 @@ def test_codec_options_in_the_talker_options_win_over_the_flags() -> None:
     from realtime_engine.talker.vllm_engine_config import talker_engine_args
     from realtime_engine.talker.vllm_protocol import CODEC_CONFIG_KEY
 
-    options = parse_talker_options(
-        "vllm",
+    options = vllm_options(
         {
             "engine_args": {
                 "additional_config": {
@@ -117,6 +121,14 @@ def test_codec_options_in_the_talker_options_win_over_the_flags() -> None:
         "kernels": "eager",
         "stream_priority": "normal",
     }
+    with pytest.raises(ValueError, match="must be an object"):
+        talker_engine_args(
+            "/m",
+            enforce_eager=True,
+            codec_precision="tf32",
+            codec_batch=64,
+            additional_config={CODEC_CONFIG_KEY: "normal"},
+        )
 
 
 def test_the_sampler_is_compiled_unless_the_engine_config_says_not() -> None:

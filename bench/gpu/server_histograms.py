@@ -2,7 +2,7 @@
 
 ``run_h200.sh`` scrapes ``/metrics`` after each step into ``metrics_<step>.txt``.
 The histograms there are cumulative over the server's life, so a step's own
-share is its file minus the previous step's. Two are digested:
+share is its file minus the previous step's. Digested:
 
 - ``speech_stage_seconds{stage}``: the mean of each first-audio stage over the
   contexts that reached it during the step (cut streams included, which the
@@ -11,7 +11,7 @@ share is its file minus the previous step's. Two are digested:
   50 ms timer during the step (bucket bounds: "p50 <= 2 ms");
 - ``speech_engine_step_seconds`` and ``speech_engine_batch_size``: the
   engine's mean step time and batch (requests per step) over the step's
-  one-second samples, and how full its fullest tenth of samples was: how
+  half-second samples, and how full its fullest tenth of samples was: how
   many of a level's streams the engine actually had in hand;
 - ``speech_engine_rows``, ``speech_talker_audio_seconds`` and
   ``speech_audio_seconds_out``: the audio the talker's rows stand for (40 ms
@@ -28,15 +28,16 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from realtime_engine.format import FRAMES_PER_SECOND
+
 STAGES = ("queue", "prefill", "first_frame_row", "first_chunk", "encoded", "ttfa")
 _LAG = "speech_event_loop_lag_seconds"
 _STAGE = "speech_stage_seconds"
 _STEP = "speech_engine_step_seconds"
 _BATCH = "speech_engine_batch_size"
 _MADE = "speech_talker_audio_seconds"
-_ROWS = "speech_engine_rows"
-ROW_S = 0.04  # audio per talker row (one codec frame)
 _SENT = "speech_audio_seconds_out"
+_ROWS = "speech_engine_rows"
 
 Snapshot = dict[tuple[str, str], float]  # (sample name, label) -> value
 
@@ -103,7 +104,8 @@ def stage_digest(step: Snapshot) -> str | None:
 
 
 def engine_digest(step: Snapshot) -> str | None:
-    """``n samples, step mean a ms, batch mean b, fullest tenth <= c`` for one step."""
+    """``n samples, step mean a ms, batch mean b, p90 <= c`` for one step (c: the
+    batch bucket that 90% of the samples stay within)."""
     samples = step.get((f"{_STEP}_count", ""), 0.0)
     if samples <= 0:
         return None
@@ -127,7 +129,7 @@ def audio_digest(step: Snapshot) -> str | None:
         return None
     sent = step.get((_SENT, ""), 0.0)
     out = f"{made:.0f} s made, {max(0.0, made - sent) / made:.1%} never sent"
-    rows_s = step.get((_ROWS, ""), 0.0) * ROW_S
+    rows_s = step.get((_ROWS, ""), 0.0) / FRAMES_PER_SECOND  # a row completes a frame
     if rows_s > 0:
         out += f"; rows for {rows_s:.0f} s, {max(0.0, rows_s - sent) / rows_s:.1%} never sent"
     return out

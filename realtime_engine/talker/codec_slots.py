@@ -106,7 +106,6 @@ class CodecSlots:
                 f"codec stream priority must be one of {CODEC_STREAM_PRIORITIES};"
                 f" got {stream_priority!r}"
             )
-        self.stream_priority = stream_priority
         self.kernels = kernels
         self._cuda = codec.device.type == "cuda"
         # the activation kernel is Triton's: CUDA only

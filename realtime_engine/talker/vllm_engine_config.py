@@ -72,12 +72,14 @@ def talker_engine_args(
     additional = dict(engine_kwargs.pop("additional_config", None) or {})
     # Codec options given in the talker options' own additional_config (those
     # with no flag of their own, such as "stream_priority") win over these.
-    given = additional.get(CODEC_CONFIG_KEY)
+    given = additional.get(CODEC_CONFIG_KEY) or {}
+    if not isinstance(given, dict):
+        raise ValueError(f"additional_config.{CODEC_CONFIG_KEY} must be an object; got {given!r}")
     additional[CODEC_CONFIG_KEY] = {
         "precision": codec_precision,
         "max_batch": codec_batch,
         "kernels": codec_kernels,
-        **(given if isinstance(given, dict) else {}),
+        **given,
     }
     return {
         "model": str(model_dir),

@@ -67,6 +67,15 @@ class GatewaySettings(BaseModel):
     # A store shared by gateway replicas (redis://host:6379/0); replaces
     # voice_dir. Empty: voices live in this process (docs/scaling.md).
     voice_store: str = ""
+    # Gateway processes sharing one listening socket (`serve --workers N`).
+    # Each owns the connections it accepts; a vLLM talker is one engine for
+    # all of them (docs/scaling.md, "Worker processes").
+    workers: int = Field(default=1, ge=1, le=64)
+    # This process's index among the workers, and every worker's private Unix
+    # socket, where /metrics answers for that worker alone (the public /metrics
+    # merges them all). Empty with one worker.
+    worker_index: int = Field(default=0, ge=0)
+    worker_sockets: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, **overrides: object) -> GatewaySettings:

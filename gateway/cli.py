@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import socket
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -141,6 +142,14 @@ def build_parser() -> argparse.ArgumentParser:
         "audio read ahead of a listener who stops is wasted, docs/bench/RESULTS.md s. 17)",
     )
     serve.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="gateway processes accepting on the one listening socket, each owning its "
+        "connections (default 1); a vLLM talker is one engine for all of them, other "
+        "engines run in every worker (docs/scaling.md, 'Worker processes')",
+    )
+    serve.add_argument(
         "--drain-timeout",
         type=float,
         default=30.0,
@@ -227,7 +236,10 @@ def build_engine(
     codec_batch: int = 64,
     codec_kernels: str = DEFAULT_CODEC_KERNELS,
     fake_options: dict[str, object] | None = None,
+    talker_host: str | None = None,
 ) -> SpeechEngine:
+    """``talker_host``: the vLLM talker's engine is served by that endpoint
+    (``serve --workers``) instead of started here."""
     if kind == "fake":
         from realtime_engine.engines.fake import FakeEngine
 
@@ -250,6 +262,7 @@ def build_engine(
         codec_precision=codec_precision,
         codec_batch=codec_batch,
         codec_kernels=codec_kernels,
+        talker_host=talker_host,
     )
     return engine
 
@@ -274,6 +287,7 @@ def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
         voice_cache_entries=getattr(args, "voice_cache", None),
         encode_threads=getattr(args, "encode_threads", None),
         read_ahead_s=getattr(args, "read_ahead", None),
+        workers=getattr(args, "workers", None),
         drain_timeout_s=args.drain_timeout,
         exit_on_engine_death=args.exit_on_engine_death or None,
         model_name=args.model_name,
@@ -287,6 +301,7 @@ def _say(message: str) -> None:
 def build_server(
     settings: GatewaySettings, engine: SpeechEngine, log_level: str = "info"
 ) -> tuple[DrainingServer, GatewayState]:
+    """The server for ``settings.host``/``port`` (or for the sockets given to its ``serve``)."""
     app = create_app(settings, engine)
     state: GatewayState = app.state.gateway
     config = uvicorn.Config(
@@ -313,10 +328,18 @@ async def serve(
     engine: SpeechEngine,
     log_level: str = "info",
     say: Callable[[str], None] = _say,
+    *,
+    sockets: list[socket.socket] | None = None,
+    on_ready: Callable[[], None] | None = None,
 ) -> bool:
-    """Serve until interrupted; False when the server never started (engine failed)."""
+    """Serve until interrupted; False when the server never started (engine failed).
+
+    ``sockets``: serve on these bound sockets (a worker: the shared one first)
+    instead of binding ``settings.host``/``port``. ``on_ready`` is called once
+    the engine is warm; a worker's supervisor announces the address then.
+    """
     server, state = build_server(settings, engine, log_level)
-    task = asyncio.create_task(server.serve())
+    task = asyncio.create_task(server.serve(sockets))
     started = time.perf_counter()
     while not server.started and not task.done():
         await asyncio.sleep(0.05)
@@ -335,7 +358,10 @@ async def serve(
         return False
     if state.ready:
         say(f"ready in {time.perf_counter() - started:.1f}s")
-        say(f"open http://{host}:{port}/  (WebSocket ws://{host}:{port}/v1/realtime)")
+        if on_ready is not None:
+            on_ready()
+        else:
+            say(f"open http://{host}:{port}/  (WebSocket ws://{host}:{port}/v1/realtime)")
     await task
     if server.engine_died:
         say(f"error: the engine died: {state.engine_error}")
@@ -363,6 +389,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.talker_options, args.data_parallel_size, args.tensor_parallel_size
     )
     talker = engine_talker_options(kind, args.talker, raw)
+    if settings.workers > 1:
+        from gateway.workers import run_workers
+
+        return run_workers(args, settings, kind, talker, _say)
     _say(f"loading the {kind} engine" + (f" from {args.model}" if args.model else ""))
     loading = time.perf_counter()
     try:

@@ -27,7 +27,7 @@ BLOCK_SIZE = 32  # CPU attention needs multiples of 32
 
 def engine_core_pids(runner: Any) -> list[int]:
     """The engine core processes vLLM started for ``runner`` (its own bookkeeping)."""
-    manager = runner._engine.engine_core.resources.engine_manager
+    manager = runner._engine.llm.engine_core.resources.engine_manager
     return [proc.pid for proc in manager.processes if proc.is_alive()]
 
 

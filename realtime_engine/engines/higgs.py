@@ -150,6 +150,7 @@ class HiggsEngine:
         codec_precision: str = DEFAULT_CODEC_PRECISION,
         codec_batch: int = 64,
         codec_kernels: str = DEFAULT_CODEC_KERNELS,
+        talker_host: str | None = None,
     ) -> HiggsEngine:
         """Load ``model`` (``tiny``, a directory or a cached HF id).
 
@@ -161,6 +162,10 @@ class HiggsEngine:
         ``codec_precision`` (``fp32``: chunked output equals whole decoding;
         ``tf32``/``bf16``: faster on CUDA), up to ``codec_batch`` chunk windows
         per call, its step run by ``codec_kernels`` (:data:`CODEC_KERNELS`).
+
+        ``talker_host``: with the vLLM talker, use the engine another process
+        serves at this endpoint (:mod:`realtime_engine.talker.talker_host`)
+        instead of starting one; the codec options are that process's then.
         """
         from realtime_engine.codec.decoder import CODEC_PRECISIONS
         from realtime_engine.model.checkpoint import CodecView, SafetensorsCheckpoint
@@ -204,18 +209,13 @@ class HiggsEngine:
                 tokenizer = HiggsTokenizer.from_dir(path)
                 if not len(CodecView(SafetensorsCheckpoint(path))):
                     raise EngineError(f"{model!s} has no bundled codec")
-                runner = VllmTalkerRunner.from_model_dir(
-                    path,
-                    max_num_seqs=talker.max_num_seqs,
-                    max_model_len=talker.max_model_len,
-                    dtype=talker.dtype,
-                    enforce_eager=talker.enforce_eager,
-                    gpu_memory_utilization=talker.gpu_memory_utilization,
-                    codec_precision=codec_precision,
-                    codec_batch=codec_batch,
-                    codec_kernels=codec_kernels,
-                    **talker.parallel_args(),
-                    **talker.engine_args,
+                runner = (
+                    _remote_runner(talker_host, tokenizer, talker)
+                    if talker_host is not None
+                    else VllmTalkerRunner.from_model_dir(
+                        path,
+                        **vllm_talker_kwargs(talker, codec_precision, codec_batch, codec_kernels),
+                    )
                 )
             voice_encoder = ReferenceEncoder.from_checkpoint(path, dev)
         except (OSError, ValueError) as e:
@@ -403,3 +403,40 @@ class HiggsEngine:
     async def close(self) -> None:
         await self._runner.close()
         self._voice_encoder.close()
+
+
+def vllm_talker_kwargs(
+    options: Any, codec_precision: str, codec_batch: int, codec_kernels: str
+) -> dict[str, Any]:
+    """The keywords of ``VllmTalkerRunner.from_model_dir`` / ``start_vllm_engine``
+    for these :class:`VllmOptions` and codec settings."""
+    return {
+        "max_num_seqs": options.max_num_seqs,
+        "max_model_len": options.max_model_len,
+        "dtype": options.dtype,
+        "enforce_eager": options.enforce_eager,
+        "gpu_memory_utilization": options.gpu_memory_utilization,
+        "codec_precision": codec_precision,
+        "codec_batch": codec_batch,
+        "codec_kernels": codec_kernels,
+        **options.parallel_args(),
+        **options.engine_args,
+    }
+
+
+def _remote_runner(endpoint: str, tokenizer: HiggsTokenizer, options: Any) -> TalkerRunner:
+    """A vLLM runner on the engine of the talker host at ``endpoint`` (this
+    process's parent: the host is gone when the parent is)."""
+    import os
+
+    from realtime_engine.talker.talker_host import RemoteEngineLink
+    from realtime_engine.talker.vllm_runner import VllmTalkerRunner
+
+    parent = os.getppid()
+    link = RemoteEngineLink(endpoint, host_alive=lambda: os.getppid() == parent)
+    return VllmTalkerRunner(
+        link,
+        tokenizer.specials,
+        options.max_model_len,
+        profiler=bool(options.engine_args.get("profiler_config")),
+    )

@@ -34,6 +34,7 @@ from realtime_engine.model.tokenizer import HiggsTokenizer, SpecialIds
 from realtime_engine.talker.rank_stats import RankReport, RankStats
 from realtime_engine.talker.types import PcmChunk, TalkerError, TalkerRequest
 from realtime_engine.talker.vllm_engine_config import talker_engine_args
+from realtime_engine.talker.vllm_link import EngineLink, EngineRequest, as_link
 from realtime_engine.talker.vllm_protocol import (
     Event,
     FailureEvent,
@@ -110,9 +111,11 @@ class VllmTalkerRunner:
         *,
         profiler: bool = False,
     ) -> None:
-        """``profiler``: the engine was started with a ``profiler_config``
+        """``engine``: vLLM's ``AsyncLLM`` in this process, or an
+        :class:`~realtime_engine.talker.vllm_link.EngineLink` to one elsewhere.
+        ``profiler``: the engine was started with a ``profiler_config``
         (:meth:`toggle_device_trace` may start it)."""
-        self._engine = engine
+        self._engine: EngineLink | None = as_link(engine)
         self._profiler = profiler
         self._tracing = False
         self._max_model_len = max_model_len
@@ -147,7 +150,7 @@ class VllmTalkerRunner:
         ``engine_kwargs`` are further ``AsyncEngineArgs`` fields (the parallel
         layout among them). The engine core loads the bundled codec too.
         """
-        kwargs = talker_engine_args(
+        engine = start_vllm_engine(
             model_dir,
             enforce_eager=enforce_eager,
             codec_precision=codec_precision,
@@ -159,12 +162,7 @@ class VllmTalkerRunner:
             gpu_memory_utilization=gpu_memory_utilization,
             **engine_kwargs,
         )
-        from vllm.engine.arg_utils import AsyncEngineArgs
-        from vllm.v1.engine.async_llm import AsyncLLM
-
         tokenizer = HiggsTokenizer.from_dir(model_dir)
-        args = AsyncEngineArgs(**kwargs)
-        engine = AsyncLLM.from_engine_args(args)
         profiler = bool(engine_kwargs.get("profiler_config"))
         return cls(engine, tokenizer.specials, max_model_len, profiler=profiler)
 
@@ -194,9 +192,6 @@ class VllmTalkerRunner:
     def _start(self, request: TalkerRequest, chunking: ChunkingParams | None) -> _Stream:
         if self._engine is None:
             raise TalkerError("the runner is closed")
-        from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind
-
         self._loop = asyncio.get_running_loop()
         if request.request_id in self._by_request:
             raise TalkerError(f"request {request.request_id!r} is already running")
@@ -213,37 +208,29 @@ class VllmTalkerRunner:
             chunking,
         )
         limit = fixed if fixed is not None else int(max_new or 0)
-        params = SamplingParams(
+        engine_request = EngineRequest(
+            request.request_id,
+            [int(t) for t in ids],
             # The worker stops the request itself; this is only a backstop.
-            max_tokens=max(limit, 1) + 1,
-            temperature=0.0,
-            stop_token_ids=[self._specials.eos],
-            detokenize=False,
-            # Rows come over ZMQ; vLLM's own per-step outputs (one object and one
-            # wake-up per request per step, in this process) would only be dropped.
-            output_kind=RequestOutputKind.FINAL_ONLY,
-            extra_args=args.to_extra_args(),
+            max(limit, 1) + 1,
+            [self._specials.eos],
+            args.to_extra_args(),
         )
         stream = _Stream(request, cid)
         self._streams[cid] = stream
         self._by_request[request.request_id] = stream
-        stream.task = asyncio.create_task(self._drive(stream, ids, params))
+        stream.task = asyncio.create_task(self._drive(stream, self._engine, engine_request))
         return stream
 
-    async def _drive(self, stream: _Stream, ids: list[int], params: Any) -> None:
+    async def _drive(self, stream: _Stream, engine: EngineLink, request: EngineRequest) -> None:
         """Run vLLM's side of the request; report how many steps it counted."""
-        last = None
         try:
-            async for out in self._engine.generate(
-                {"prompt_token_ids": ids}, params, request_id=stream.request.request_id
-            ):
-                last = out
+            n = await engine.run(request)
         except asyncio.CancelledError:
             raise
         except Exception as e:
             stream.queue.put_nowait(TalkerError(f"engine failed: {e}"))
             return
-        n = len(last.outputs[0].token_ids) if last is not None and last.outputs else 0
         stream.queue.put_nowait(_Finished(n))
 
     async def _rows(self, stream: _Stream) -> AsyncIterator[np.ndarray]:
@@ -353,7 +340,8 @@ class VllmTalkerRunner:
         task = stream.task
         if task is not None and not task.done():
             # Consumer left early: stop the engine's work on it too.
-            await self._engine.abort(stream.request.request_id)
+            if self._engine is not None:
+                await self._engine.abort(stream.request.request_id)
             task.cancel()
 
     async def abort(self, request_id: str) -> None:
@@ -363,7 +351,8 @@ class VllmTalkerRunner:
         # Forget it now: its iterator may never be resumed to clean up itself.
         self._streams.pop(stream.correlation_id, None)
         self._close_rank(stream)
-        await self._engine.abort(request_id)
+        if self._engine is not None:
+            await self._engine.abort(request_id)
         stream.queue.put_nowait(_Aborted())
 
     async def toggle_device_trace(self) -> str:
@@ -383,18 +372,8 @@ class VllmTalkerRunner:
         return "started"
 
     def failure(self) -> str | None:
-        """Why the vLLM engine is dead (its engine core process exited), else None.
-
-        vLLM watches its engine core processes itself and marks the client
-        errored at once when one exits; in-flight ``generate`` calls then fail.
-        """
-        engine = self._engine
-        if engine is None or not getattr(engine, "errored", False):
-            return None
-        resources = getattr(getattr(engine, "engine_core", None), "resources", None)
-        manager = getattr(resources, "engine_manager", None)
-        failed = getattr(manager, "failed_proc_name", None)
-        return f"the vLLM engine core{f' ({failed})' if failed else ''} died"
+        """Why the vLLM engine is dead (its engine core process exited), else None."""
+        return None if self._engine is None else self._engine.failure()
 
     async def close(self) -> None:
         if self._engine is None:
@@ -404,10 +383,6 @@ class VllmTalkerRunner:
         engine, self._engine = self._engine, None
         engine.shutdown()
         self._receiver.close()
-        # AsyncLLM's finaliser shuts down again; vLLM keeps references to the
-        # engine, so that can happen at interpreter exit, after vLLM's module
-        # globals are gone (TypeError). It is shut down: make that a no-op.
-        engine.shutdown = _already_shut_down
 
 
 def _stamp(request: TalkerRequest, stamps: dict[str, float]) -> None:
@@ -423,5 +398,13 @@ def _stamp(request: TalkerRequest, stamps: dict[str, float]) -> None:
     timings.first_frame_row = timings.first_frame_row or stamps.get("first_frame_row")
 
 
-def _already_shut_down(timeout: float | None = None) -> None:
-    """Stands in for ``AsyncLLM.shutdown`` once the runner has shut the engine down."""
+def start_vllm_engine(model_dir: str | Path, **engine_kwargs: Any) -> Any:
+    """vLLM's ``AsyncLLM`` for the Higgs talker on ``model_dir``, its engine core
+    started (which loads the bundled codec too). ``engine_kwargs``: those of
+    :func:`talker_engine_args`, then further ``AsyncEngineArgs`` fields."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    return AsyncLLM.from_engine_args(
+        AsyncEngineArgs(**talker_engine_args(model_dir, **engine_kwargs))
+    )

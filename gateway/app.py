@@ -32,6 +32,7 @@ from gateway.engine_health import watch_engine
 from gateway.gc_heap import freeze_startup_heap
 from gateway.loop_lag import watch_loop_lag
 from gateway.metrics import EnginePoller
+from gateway.metrics_fanout import SCOPE_PARAM, WORKER_SCOPE, server_metrics
 from gateway.protocol import (
     CLOSE_POLICY,
     CLOSE_SERVER_ERROR,
@@ -221,8 +222,14 @@ async def _ready(request: Request) -> Response:
 
 
 async def _metrics(request: Request) -> Response:
-    metrics = _state(request).metrics
-    return Response(metrics.render(), media_type=metrics.content_type)
+    """Prometheus text: with several workers, for all of them (``?scope=worker``: this one)."""
+    state = _state(request)
+    metrics, sockets = state.metrics, state.settings.worker_sockets
+    own = metrics.render()
+    if not sockets or request.query_params.get(SCOPE_PARAM) == WORKER_SCOPE:
+        return Response(own, media_type=metrics.content_type)
+    body = await server_metrics(own, state.settings.worker_index, sockets)
+    return Response(body, media_type=metrics.content_type)
 
 
 def _error_body(detail: ErrorDetail) -> dict[str, Any]:

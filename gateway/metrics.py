@@ -92,6 +92,11 @@ class GatewayMetrics:
             buckets=_BATCH_BUCKETS,
             registry=r,
         )
+        self.engine_steps = Counter(
+            "speech_engine_steps",
+            "Engine sampling steps (each one a row for every request in its batch)",
+            registry=r,
+        )
         # Against speech_talker_audio_seconds: rows the talker made that never
         # became audio (a request stopped before its rows were decoded).
         self.engine_rows = Counter(
@@ -270,6 +275,7 @@ class EngineStatsSampler:
             self._metrics.engine_batch_size.observe(batch)
             by_batch = self._metrics.engine_step_seconds_by_batch
             by_batch.labels(batch=batch_bucket(batch)).observe(step_s)
+            self._metrics.engine_steps.inc(new_steps)
         if stats.rows > self._rows:  # fewer: a restarted engine's counters
             self._metrics.engine_rows.inc(stats.rows - self._rows)
         self._steps, self._total_s, self._rows = stats.steps, total_s, stats.rows

@@ -9,7 +9,16 @@ from typing import Any
 import pytest
 from script_support import dry_run
 
-from bench.gpu.parallel_report import capacity, main, meets_bound, read_layout, table
+from bench.gpu.parallel_report import (
+    capacity,
+    main,
+    meets_bound,
+    rank_streams,
+    read_layout,
+    table,
+)
+from gateway.metrics import GatewayMetrics
+from gateway.metrics_merge import merge_expositions
 
 
 def _level(
@@ -43,6 +52,20 @@ def test_capacity_is_the_largest_level_within_both_bounds() -> None:
     assert cap is not None and cap["level"] == 64
     assert capacity([_level(64, 100, errors=3)]) is None  # failed streams are not capacity
     assert capacity([]) is None
+
+
+def test_each_ranks_streams_are_summed_over_the_servers_workers() -> None:
+    """A server with several workers labels each worker's own samples (and rank 1 here
+    served streams of one worker only)."""
+    first, second = GatewayMetrics(), GatewayMetrics()
+    first.talker_streams.labels(rank="0").inc(70)
+    first.talker_streams.labels(rank="1").inc(64)
+    second.talker_streams.labels(rank="0").inc(70)
+    merged = merge_expositions([first.render().decode(), second.render().decode()])
+    assert 'rank="0",worker="1"' in merged.decode()
+    assert rank_streams(merged.decode()) == {0: 140.0, 1: 64.0}
+    assert rank_streams(first.render().decode()) == {0: 70.0, 1: 64.0}  # one worker
+    assert rank_streams("curl: (7) Failed to connect\n") == {}
 
 
 def test_the_table_compares_every_layout_with_one_gpu(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from bench.gpu.server_histograms import (
     step_lines,
 )
 from gateway.metrics import EngineStatsSampler, GatewayMetrics
+from gateway.metrics_merge import merge_expositions
 
 
 def _scrape(metrics: GatewayMetrics) -> str:
@@ -97,3 +98,46 @@ def test_a_steps_talker_audio_says_how_much_was_never_sent(tmp_path: Path) -> No
         "; talker audio 1000 s made, 9.5% never sent; rows for 1250 s, 27.6% never sent"
     )
     assert audio_digest(read_snapshot(_scrape(GatewayMetrics()))) is None
+
+
+def test_several_workers_scrapes_are_summed_over_their_worker_label(tmp_path: Path) -> None:
+    """``serve --workers 2``: a merged scrape labels each worker's own samples; a step's
+    digests count both workers' contexts, and the shared engine once."""
+    from realtime_engine.talker.vllm_runner import EngineStepStats
+
+    workers = [GatewayMetrics(), GatewayMetrics()]
+    samplers = [EngineStatsSampler(m) for m in workers]
+    for sampler in samplers:
+        sampler.observe(EngineStepStats(0, 0, 0.0))
+
+    def scrape(name: str) -> None:
+        merged = merge_expositions([_scrape(m) for m in workers]).decode()
+        assert 'worker="1"' in merged
+        (tmp_path / f"metrics_{name}.txt").write_text(merged)
+
+    scrape("preset_exact")
+    # worker 0: two contexts at 100 ms; worker 1: one at 400 ms and a loop that stalled
+    for ttfa in (0.1, 0.1):
+        workers[0].observe_stages({"ttfa": ttfa})
+    workers[1].observe_stages({"ttfa": 0.4})
+    for lag in [0.0015] * 8:
+        workers[0].event_loop_lag_seconds.observe(lag)
+    workers[1].event_loop_lag_seconds.observe(0.7)
+    workers[1].event_loop_lag_seconds.observe(0.8)
+    for i, metrics in enumerate(workers):
+        metrics.audio_seconds_out.inc(300)
+        metrics.talker_audio_seconds.labels(rank=str(i)).inc(400)
+    # The one engine, seen by both workers: 100 steps of 8 requests at 10 ms; worker 1
+    # saw it last, so its one sample is the scrape's.
+    samplers[0].observe(EngineStepStats(50, 400, 0.010))
+    samplers[1].observe(EngineStepStats(100, 800, 0.010))
+    scrape("sweep_c64")
+    (tmp_path / "steps.tsv").write_text("preset_exact\tok\t16\t\nsweep_c64\tok\t31\t\n")
+    (line,) = step_lines(tmp_path)
+    assert line.startswith("- sweep_c64: stages (mean ms) ttfa 200;")
+    assert "10 samples, p50 <= 2 ms, p99 <= 1000 ms, 2 over 100 ms" in line
+    assert "engine 1 samples, step mean 10.0 ms, batch mean 8, p90 <= 8" in line
+    # 800 s made and 600 sent; 800 rows (the engine's, once) stand for 32 s
+    assert line.endswith(
+        "; talker audio 800 s made, 25.0% never sent; rows for 32 s, 0.0% never sent"
+    )

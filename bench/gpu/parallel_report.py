@@ -22,7 +22,8 @@ from typing import Any
 TTFA_BOUND_MS = 250.0
 PRESETS = ("latency", "balanced", "exact")
 THROUGHPUT_LEVEL = 64
-_RANK_STREAMS = re.compile(r'^speech_talker_streams_total\{rank="(\d+)"\} ([0-9.e+]+)$', re.M)
+_RANK_STREAMS = re.compile(r"^speech_talker_streams_total\{([^}]*)\} ([0-9.e+]+)$", re.M)
+_RANK = re.compile(r'(?:^|,)rank="(\d+)"')
 
 
 @dataclass(frozen=True)
@@ -52,8 +53,19 @@ def read_layout(name: str, folder: Path) -> Layout:
         folder.glob("metrics_sweep_c*.txt"), key=lambda p: int(p.stem.rsplit("c", 1)[-1])
     )
     if scrapes:
-        ranks = {int(r): float(n) for r, n in _RANK_STREAMS.findall(scrapes[-1].read_text())}
+        ranks = rank_streams(scrapes[-1].read_text())
     return Layout(name, ttfa, levels, ranks)
+
+
+def rank_streams(scrape: str) -> dict[int, float]:
+    """Streams each data-parallel rank served, from a ``/metrics`` scrape; summed over
+    the ``worker`` label that a server with several workers adds."""
+    out: dict[int, float] = {}
+    for labels, value in _RANK_STREAMS.findall(scrape):
+        rank = _RANK.search(labels)
+        if rank is not None:
+            out[int(rank[1])] = out.get(int(rank[1]), 0.0) + float(value)
+    return out
 
 
 def meets_bound(level: dict[str, Any]) -> bool:

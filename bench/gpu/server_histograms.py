@@ -43,23 +43,33 @@ Snapshot = dict[tuple[str, str], float]  # (sample name, label) -> value
 
 
 def read_snapshot(text: str) -> Snapshot:
-    """The stage sums and counts and the loop lag's buckets of one scrape."""
+    """The stage sums and counts and the loop lag's buckets of one scrape.
+
+    Every value is summed over the labels not kept in its key: the engine's
+    data-parallel ``rank`` and, with ``serve --workers N``, the ``worker``
+    that counted it (a merged scrape labels each worker's own samples; the
+    engine's step and batch families come once, unlabelled).
+    """
     out: Snapshot = {}
+
+    def add(key: tuple[str, str], value: float) -> None:
+        out[key] = out.get(key, 0.0) + value
+
     for family in text_string_to_metric_families(text):
-        if family.name in (_MADE, _SENT, _ROWS):  # counters: summed over the engine's ranks
+        if family.name in (_MADE, _SENT, _ROWS):  # counters
             for s in family.samples:
                 if s.name.endswith("_total"):
-                    out[(family.name, "")] = out.get((family.name, ""), 0.0) + s.value
+                    add((family.name, ""), s.value)
             continue
         if family.name not in (_STAGE, _LAG, _STEP, _BATCH):
             continue
         for s in family.samples:
             if family.name == _STAGE and s.name.endswith(("_sum", "_count")):
-                out[(s.name, s.labels["stage"])] = s.value
+                add((s.name, s.labels["stage"]), s.value)
             elif family.name in (_LAG, _BATCH) and s.name.endswith("_bucket"):
-                out[(s.name, s.labels["le"])] = s.value
+                add((s.name, s.labels["le"]), s.value)
             elif family.name in (_STEP, _BATCH) and s.name.endswith(("_sum", "_count")):
-                out[(s.name, "")] = s.value
+                add((s.name, ""), s.value)
     return out
 
 

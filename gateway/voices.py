@@ -15,8 +15,9 @@ to the same cached codec codes.
   that another key sent the same clip.
 - A named voice whose codes were evicted (and are in no store) is gone: using
   it is refused like an unknown voice.
-- With a shared store every use reads the voice's name from the store: a voice
-  deleted through one replica is refused by all the others from then on.
+- With a directory or a shared store every use reads the voice's name there: a
+  voice deleted through one worker process or replica is refused by all the
+  others from then on.
 
 Engines that can clone say so with ``supports_voice_cloning`` and implement
 ``VoiceCloningEngine``. Clips are decoded and checked before that capability
@@ -322,7 +323,7 @@ class VoiceLibrary:
         """The codes of ``voice_id`` for this key; None for built-in voices.
 
         The name is read from the backend on every use, so a voice deleted
-        through another replica is refused here at once.
+        through another worker or replica is refused here at once.
         """
         if voice_id in self._builtin():
             return None

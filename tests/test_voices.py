@@ -248,8 +248,11 @@ async def test_voices_persist_to_a_directory_and_come_back(tmp_path: Path) -> No
     await library.delete("gone", "key_a")
     first = await library.reference("kept", "key_a")
     assert first is not None
-    names = sorted(p.name for p in (tmp_path / "names").iterdir())
-    assert len(names) == 1 and all(re.fullmatch(r"[0-9a-f]{64}\.json", n) for n in names)
+    # names/<sha256(key id)>/<sha256(key id, voice id)>.json: digests only, no client text
+    names = sorted(p.relative_to(tmp_path / "names") for p in (tmp_path / "names").rglob("*.json"))
+    assert len(names) == 1 and all(
+        re.fullmatch(r"[0-9a-f]{64}/[0-9a-f]{64}\.json", str(n)) for n in names
+    )
     assert not list(tmp_path.rglob(".tmp-*"))  # no temporary file left behind
     # a new process: names come back, codes load from disk without the encoder
     fresh_engine = CloningFakeEngine()

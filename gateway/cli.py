@@ -5,21 +5,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import socket
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-import uvicorn
 from pydantic import ValidationError
 
-from gateway.app import create_app
-from gateway.drain import ENGINE_DEAD_EXIT_STATUS, DrainingServer
 from gateway.protocol import Limits
+from gateway.serving import build_engine, say, serve
 from gateway.settings import GatewaySettings
-from gateway.state import GatewayState
 from gateway.voice_backends import check_voice_store
-from realtime_engine.engines.base import EngineError, SpeechEngine
+from realtime_engine.engines.base import EngineError
 from realtime_engine.format import (
     CODEC_KERNELS,
     CODEC_PRECISIONS,
@@ -227,46 +223,6 @@ def engine_talker_options(
         raise SystemExit(f"speech-gateway: error: {e}") from e
 
 
-def build_engine(
-    kind: str,
-    model: str | None,
-    device: str | None,
-    talker: TalkerOptions | None = None,
-    codec_precision: str = DEFAULT_CODEC_PRECISION,
-    codec_batch: int = 64,
-    codec_kernels: str = DEFAULT_CODEC_KERNELS,
-    fake_options: dict[str, object] | None = None,
-    talker_host: str | None = None,
-) -> SpeechEngine:
-    """``talker_host``: the vLLM talker's engine is served by that endpoint
-    (``serve --workers``) instead of started here."""
-    if kind == "fake":
-        from realtime_engine.engines.fake import FakeEngine
-
-        try:
-            return FakeEngine(None, **(fake_options or {}))
-        except TypeError as e:
-            raise EngineError(f"--fake-options: {e}") from e
-    if fake_options:
-        raise EngineError("--fake-options applies to --engine fake only")
-    if kind == "cpu-voice":
-        from realtime_engine.engines.cpu_voice import CpuVoiceEngine
-
-        return CpuVoiceEngine()
-    from realtime_engine.engines.higgs import HiggsEngine
-
-    engine: SpeechEngine = HiggsEngine.from_pretrained(
-        model or "tiny",
-        device,
-        talker=talker,
-        codec_precision=codec_precision,
-        codec_batch=codec_batch,
-        codec_kernels=codec_kernels,
-        talker_host=talker_host,
-    )
-    return engine
-
-
 def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
     limits = Limits()
     if args.max_sessions is not None:
@@ -294,81 +250,6 @@ def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
     )
 
 
-def _say(message: str) -> None:
-    print(f"speech-gateway: {message}", flush=True)
-
-
-def build_server(
-    settings: GatewaySettings, engine: SpeechEngine, log_level: str = "info"
-) -> tuple[DrainingServer, GatewayState]:
-    """The server for ``settings.host``/``port`` (or for the sockets given to its ``serve``)."""
-    app = create_app(settings, engine)
-    state: GatewayState = app.state.gateway
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        lifespan="on",
-        log_level=log_level,
-        # Messages up to twice the limit reach the session (an error, then 1009
-        # on the second); beyond that the transport closes with 1009 at once.
-        ws_max_size=2 * settings.limits.max_message_bytes,
-        # Opus and PCM do not compress: per-message deflate only costs CPU
-        # and latency on every frame.
-        ws_per_message_deflate=False,
-        ws_ping_interval=settings.ws_ping_interval_s,
-        ws_ping_timeout=settings.ws_ping_timeout_s,
-    )
-    server = DrainingServer(config, state, settings.drain_timeout_s, settings.exit_on_engine_death)
-    return server, state
-
-
-async def serve(
-    settings: GatewaySettings,
-    engine: SpeechEngine,
-    log_level: str = "info",
-    say: Callable[[str], None] = _say,
-    *,
-    sockets: list[socket.socket] | None = None,
-    on_ready: Callable[[], None] | None = None,
-) -> bool:
-    """Serve until interrupted; False when the server never started (engine failed).
-
-    ``sockets``: serve on these bound sockets (a worker: the shared one first)
-    instead of binding ``settings.host``/``port``. ``on_ready`` is called once
-    the engine is warm; a worker's supervisor announces the address then.
-    """
-    server, state = build_server(settings, engine, log_level)
-    task = asyncio.create_task(server.serve(sockets))
-    started = time.perf_counter()
-    while not server.started and not task.done():
-        await asyncio.sleep(0.05)
-    if not server.started:
-        await task
-        return False
-    port = server.servers[0].sockets[0].getsockname()[1]
-    host = "127.0.0.1" if settings.host in ("0.0.0.0", "") else settings.host
-    say(f"listening on {host}:{port}; warming up the {engine.name} engine ({engine.model_id})")
-    while not state.ready and state.engine_error is None and not task.done():
-        await asyncio.sleep(0.05)
-    if state.engine_error is not None:
-        say(f"error: the engine failed to start: {state.engine_error}")
-        server.should_exit = True
-        await task
-        return False
-    if state.ready:
-        say(f"ready in {time.perf_counter() - started:.1f}s")
-        if on_ready is not None:
-            on_ready()
-        else:
-            say(f"open http://{host}:{port}/  (WebSocket ws://{host}:{port}/v1/realtime)")
-    await task
-    if server.engine_died:
-        say(f"error: the engine died: {state.engine_error}")
-        raise SystemExit(ENGINE_DEAD_EXIT_STATUS)
-    return True
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:
@@ -392,8 +273,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if settings.workers > 1:
         from gateway.workers import run_workers
 
-        return run_workers(args, settings, kind, talker, _say)
-    _say(f"loading the {kind} engine" + (f" from {args.model}" if args.model else ""))
+        return run_workers(args, settings, kind, talker, say)
+    say(f"loading the {kind} engine" + (f" from {args.model}" if args.model else ""))
     loading = time.perf_counter()
     try:
         engine = build_engine(
@@ -409,11 +290,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EngineError as e:
         print(f"speech-gateway: error: {e}", file=sys.stderr)
         return 2
-    _say(f"loaded in {time.perf_counter() - loading:.1f}s")
+    say(f"loaded in {time.perf_counter() - loading:.1f}s")
     try:
         started = asyncio.run(serve(settings, engine, args.log_level))
     except KeyboardInterrupt:
-        _say("stopped")
+        say("stopped")
         return 0  # Ctrl-C after a graceful shutdown is a clean exit
     if not started:
         print("speech-gateway: error: the server did not start", file=sys.stderr)

@@ -15,6 +15,7 @@ import asyncio
 import logging
 import signal
 import socket
+import time
 from types import FrameType
 
 import uvicorn
@@ -74,7 +75,11 @@ class DrainingServer(uvicorn.Server):
         state: GatewayState,
         drain_timeout_s: float,
         exit_on_engine_death: bool = False,
+        repeat_window_s: float = 0.0,
     ) -> None:
+        """``repeat_window_s``: a signal this soon after the first is the same
+        stop, not a second one (a worker of ``serve --workers`` gets each stop
+        twice when its process group is signalled: directly and forwarded)."""
         super().__init__(config)
         self.state = state
         self.drain_timeout_s = drain_timeout_s
@@ -84,6 +89,8 @@ class DrainingServer(uvicorn.Server):
         self.engine_died = False
         self._served = False
         self._signalled = False
+        self._signalled_at = 0.0
+        self.repeat_window_s = repeat_window_s
         self._drain: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -93,6 +100,8 @@ class DrainingServer(uvicorn.Server):
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         loop = self._loop
+        if self._signalled and time.monotonic() - self._signalled_at < self.repeat_window_s:
+            return  # the same stop, delivered twice
         if self._signalled or self.should_exit or loop is None or not self.started:
             # A second signal (or one before serving began): exit now.
             log.warning("signal %s: exiting now", signal.Signals(sig).name)
@@ -101,6 +110,7 @@ class DrainingServer(uvicorn.Server):
             return
         log.info("signal %s: draining (a second signal exits now)", signal.Signals(sig).name)
         self._signalled = True
+        self._signalled_at = time.monotonic()
         # uvicorn re-raises captured signals after shutdown: the exit status tells which.
         captured = getattr(self, "_captured_signals", None)
         if isinstance(captured, list):

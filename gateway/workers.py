@@ -17,7 +17,8 @@ The engine:
   fake) runs in each worker, one copy per worker.
 
 This process also forwards SIGINT and SIGTERM to the workers (each drains
-its own sessions; a second signal exits at once), says ``ready`` once every
+its own sessions; a second signal exits at once) and the device-trace signal
+to the first live worker, says ``ready`` once every
 worker is, and stops them all when one exits unexpectedly (its status
 becomes the server's). Workers die with it (``PR_SET_PDEATHSIG`` on Linux).
 """
@@ -42,7 +43,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.device_trace import TRACE_SIGNAL
 from gateway.settings import GatewaySettings
+from gateway.voice_backends import shared_voice_dir_for_workers
 from realtime_engine.talker.backends import TalkerOptions, VllmOptions
 
 log = logging.getLogger(__name__)
@@ -73,7 +76,7 @@ def listening_socket(host: str, port: int) -> socket.socket:
 
 
 def worker_settings(
-    settings: GatewaySettings, index: int, run_dir: str, voice_dir: str | None
+    settings: GatewaySettings, index: int, run_dir: str, voice_dir: str
 ) -> GatewaySettings:
     """Worker ``index``'s settings: its private socket among all workers', the shared voices."""
     update: dict[str, Any] = {
@@ -82,7 +85,7 @@ def worker_settings(
             os.path.join(run_dir, f"worker-{i}.sock") for i in range(settings.workers)
         ),
     }
-    if voice_dir is not None:
+    if voice_dir:
         update["voice_dir"] = voice_dir
     return settings.model_copy(update=update)
 
@@ -117,12 +120,9 @@ def _run(
     started = time.perf_counter()
     sock = listening_socket(settings.host, settings.port)
     port = sock.getsockname()[1]
-    voice_dir = None
-    if not settings.voice_dir and not settings.voice_store:
-        # Voices must be the same on every worker: a private directory stands
-        # in for memory (gone with the server, as memory-only voices are).
-        voice_dir = os.path.join(run_dir, "voices")
-        os.mkdir(voice_dir, 0o700)
+    # Voices must be the same on every worker: without a directory or a store
+    # of the operator's, a private directory stands in for memory.
+    voice_dir, remove_voices = shared_voice_dir_for_workers(settings, parent=run_dir)
     host_endpoint = (
         f"ipc://{os.path.join(run_dir, 'talker')}" if uses_talker_host(kind, talker) else None
     )
@@ -148,6 +148,7 @@ def _run(
     supervisor = Supervisor(procs, events, say)
     signal.signal(signal.SIGINT, supervisor.on_signal)
     signal.signal(signal.SIGTERM, supervisor.on_signal)
+    signal.signal(TRACE_SIGNAL, supervisor.on_trace_signal)
     host = None
     if host_endpoint is not None:
         host = _start_talker_host(args, talker, host_endpoint, say, supervisor)
@@ -157,8 +158,10 @@ def _run(
         status = asyncio.run(supervisor.supervise(host, settings, port, started))
     finally:
         sock.close()
+        supervisor.reap(settings.drain_timeout_s + 10)
         if host is not None:
             host[1].shutdown()
+        remove_voices()
     return status
 
 
@@ -217,8 +220,27 @@ class Supervisor:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(proc.pid, signum)
 
+    def on_trace_signal(self, signum: int, frame: object) -> None:
+        """The device-trace toggle (gateway.device_trace): one engine, so one worker asks it."""
+        for proc in self.procs:
+            if proc.exitcode is None and proc.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signum)
+                return
+
     def stop_all(self) -> None:
         self.on_signal(signal.SIGTERM, None)
+
+    def reap(self, grace_s: float) -> None:
+        """Make sure no worker outlives the server: stopped, then killed after ``grace_s``."""
+        if any(proc.exitcode is None for proc in self.procs):
+            self.stop_all()
+        deadline = time.monotonic() + grace_s
+        for proc in self.procs:
+            proc.join(max(0.0, deadline - time.monotonic()))
+            if proc.exitcode is None:
+                proc.kill()
+                proc.join(5)
 
     async def supervise(
         self, host: tuple[Any, Any] | None, settings: GatewaySettings, port: int, started: float
@@ -259,13 +281,15 @@ class Supervisor:
                 self.say(f"open http://{host}:{port}/  (WebSocket ws://{host}:{port}/v1/realtime)")
 
     def _exited(self, proc: Any) -> None:
-        code = proc.exitcode
+        proc.join(5)  # its sentinel may fire a moment before it can be reaped
+        code = proc.exitcode if proc.exitcode is not None else 1
         if self.stopping:
             if code not in (0, None) and self.status == 0 and code > 0:
                 self.status = code
             return
-        self.say(f"worker {proc.name} exited with status {code}: stopping the others")
-        self.status = code if code else 1
+        how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited ({code})"
+        self.say(f"{proc.name} {how}: stopping the others")
+        self.status = code if code > 0 else 1
         self.stop_all()
 
 
@@ -283,7 +307,7 @@ def worker_main(
 ) -> None:
     """A worker process: build the engine, serve on the shared and the private socket."""
     _die_with_parent()
-    from gateway.cli import build_engine, serve
+    from gateway.serving import build_engine, serve
     from realtime_engine.engines.base import EngineError
 
     args = plan.args

@@ -18,6 +18,7 @@ class ServerProcess:
     proc: subprocess.Popen[str]
     url: str  # http://127.0.0.1:PORT
     lines: list[str] = field(default_factory=list)  # everything it printed so far
+    eof: threading.Event = field(default_factory=threading.Event)  # its output is all read
 
     @property
     def ws_url(self) -> str:
@@ -27,7 +28,10 @@ class ServerProcess:
         return "".join(self.lines)
 
     async def wait(self, timeout: float) -> int:
-        return await asyncio.to_thread(self.proc.wait, timeout)
+        """Its exit status, once it exited and everything it printed is in ``lines``."""
+        status = await asyncio.to_thread(self.proc.wait, timeout)
+        await asyncio.to_thread(self.eof.wait, timeout)
+        return status
 
 
 @contextlib.asynccontextmanager
@@ -46,6 +50,7 @@ async def server_process(
     )
     assert proc.stdout is not None
     lines: list[str] = []
+    eof = threading.Event()
     ready = asyncio.get_running_loop().create_future()
     loop = asyncio.get_running_loop()
 
@@ -55,6 +60,7 @@ async def server_process(
             lines.append(line)
             if (match := re.search(r"open (http://\S+)/ ", line)) is not None:
                 loop.call_soon_threadsafe(_resolve, ready, match.group(1))
+        eof.set()
         loop.call_soon_threadsafe(_resolve, ready, None)
 
     reader = threading.Thread(target=pump, daemon=True)
@@ -62,7 +68,7 @@ async def server_process(
     try:
         url = await asyncio.wait_for(ready, ready_timeout)
         assert url is not None, "the server exited before it was ready:\n" + "".join(lines)
-        yield ServerProcess(proc, url, lines)
+        yield ServerProcess(proc, url, lines, eof)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -16,12 +16,12 @@ from websockets.exceptions import ConnectionClosed
 
 from gateway.cli import (
     build_parser,
-    build_server,
     main,
     resolve_engine_kind,
     settings_from_args,
 )
 from gateway.protocol import Limits
+from gateway.serving import build_server
 from gateway.settings import GatewaySettings
 from realtime_engine.engines.fake import FakeEngine
 

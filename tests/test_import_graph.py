@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("gateway.client",),
     ("gateway",),  # settings, auth, metrics, state, voices, web_demo
     ("gateway.realtime", "gateway.http"),
-    ("gateway.app", "gateway.cli", "gateway.entry"),
+    ("gateway.app", "gateway.serving", "gateway.workers", "gateway.cli", "gateway.entry"),
     ("bench",),
 )
 

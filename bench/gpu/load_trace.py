@@ -250,6 +250,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             out["first_chunk_ms_p90"] = round(1e3 * percentile(firsts, 90), 1)
         print(json.dumps(out), flush=True)
         engine = runner._engine
+        assert engine is not None  # the runner is open
         await engine.start_profile()
         await asyncio.sleep(args.profile_s)
         await engine.stop_profile()

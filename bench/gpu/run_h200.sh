@@ -303,6 +303,9 @@ def role_of(p):
     cmd = " ".join(p.cmdline())
     if "gateway.cli" in cmd or "vllm_omni" in cmd:
         return "gateway"
+    parent = p.parent()  # serve --workers: each worker is a spawned child of gateway.cli
+    if "spawn_main" in cmd and parent is not None and "gateway.cli" in " ".join(parent.cmdline()):
+        return "gateway"
     return "bench" if "bench" in cmd else None
 
 
@@ -395,6 +398,10 @@ start_gateway() {
   run_bg timeout -k 10 "$life" env "${GW_ENV[@]}" \
     "$PY" -m gateway.cli serve --model "$MODEL" --engine higgs --port "$PORT" "${opts[@]}" $SERVE_ARGS
   if wait_http "http://127.0.0.1:$PORT/ready" "$START_TIMEOUT"; then
+    # serve --workers: /ready answers for one worker; the supervisor says when all are
+    local w=0
+    while grep -q "workers accepting" "$LOG" 2>/dev/null && ! grep -q "^speech-gateway: open http" "$LOG" \
+      && [ $w -lt 60 ]; do sleep 1; w=$(( w + 1 )); done
     say "gateway ready after $(( $(date +%s) - t ))s"
     step_log "start_$talker" ok "$(( $(date +%s) - t ))"
     return 0
@@ -496,6 +503,9 @@ profile_level() {
     # the gateway's python, not the timeout(1) wrapper whose arguments name it too
     if grep -q "^python" "$p/comm" 2>/dev/null && grep -q "gateway.cli" "$p/cmdline" 2>/dev/null; then
       role=gateway
+    elif grep -q "spawn_main" "$p/cmdline" 2>/dev/null \
+      && grep -q "gateway.cli" "/proc/$(awk '{print $4}' "$p/stat" 2>/dev/null)/cmdline" 2>/dev/null; then
+      role=gateway   # a worker of serve --workers
     elif grep -q "^VLLM" "$p/comm" 2>/dev/null; then role=engine; fi
     [ -n "$role" ] || continue
     timeout $(( PROFILE_S + 20 )) "$spy" record --nonblocking --format raw --rate 200 \

@@ -86,6 +86,7 @@ async def probe(args: argparse.Namespace) -> dict[str, Any]:
         print(json.dumps(report["sequential"]), flush=True)
         if args.profile:
             engine = runner._engine
+            assert engine is not None  # the runner is open
             await engine.start_profile()
             for i in range(2):
                 req = TalkerRequest(f"prof{i}", prompt, TalkerSampling(seed=i), fixed_rows=24)

@@ -1,0 +1,146 @@
+"""``speech-gateway serve --workers N``: real processes on one listening socket."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+from pathlib import Path
+
+import httpx
+import pytest
+from gateway_support import open_session
+from server_process import ServerProcess, server_process
+from vllm_support.cpu_env import vllm_available
+from websockets.asyncio.client import ClientConnection
+
+pytestmark = pytest.mark.timeout(300)
+
+FAKE = ["--engine", "fake", "--workers", "2"]
+
+
+def worker_pids(server: ServerProcess) -> list[int]:
+    match = re.search(r"workers accepting on port \d+ \(pids \[([\d, ]+)\]\)", server.output())
+    assert match is not None, server.output()
+    return [int(pid) for pid in match.group(1).split(",")]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is gone for our purposes: its parent has not reaped it yet.
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().split(")")[-1].split()[0] != "Z"
+
+
+async def speak(ws: ClientConnection, context_id: str, text: str) -> tuple[str, int]:
+    """One context's final status and the audio bytes it got."""
+    await ws.send(json.dumps({"type": "text.append", "context_id": context_id, "text": text}))
+    await ws.send(json.dumps({"type": "context.end", "context_id": context_id}))
+    audio = 0
+    while True:
+        message = await ws.recv()
+        if isinstance(message, bytes):
+            audio += len(message)
+            continue
+        event = json.loads(message)
+        if event["type"] == "context.done":
+            return event["status"], audio
+
+
+async def test_every_session_on_two_workers_gets_its_speech() -> None:
+    async with server_process(FAKE) as server:
+        assert len(worker_pids(server)) == 2
+        sessions = await asyncio.gather(*(open_session(server.url) for _ in range(8)))
+        try:
+            results = await asyncio.gather(
+                *(speak(ws, f"c{i}", f"Hello number {i}.") for i, ws in enumerate(sessions))
+            )
+        finally:
+            await asyncio.gather(*(ws.close() for ws in sessions))
+        assert [status for status, _ in results] == ["completed"] * 8
+        assert all(audio > 0 for _, audio in results)
+        async with httpx.AsyncClient(base_url=server.url) as http:
+            for _ in range(4):  # whichever worker answers is ready
+                ready = await http.get("/ready")
+                assert ready.status_code == 200, ready.text
+
+
+async def test_sigterm_stops_every_worker_and_exits_cleanly() -> None:
+    async with server_process(FAKE) as server:
+        pids = worker_pids(server)
+        server.proc.send_signal(signal.SIGTERM)
+        assert await server.wait(60) == 0, server.output()
+        assert not any(alive(pid) for pid in pids)
+
+
+async def test_a_stop_sent_to_the_whole_process_group_still_drains_open_contexts() -> None:
+    """timeout(1) and systemd signal every process: each worker gets the stop
+    twice (directly and forwarded), which must not count as a second signal."""
+    paced = ["--fake-options", json.dumps({"realtime_factor": 1.0})]
+    async with server_process([*FAKE, *paced]) as server:
+        pids = worker_pids(server)
+        ws = await open_session(server.url)
+        text = "This sentence takes a few seconds to speak at the pace of real time."
+        await ws.send(json.dumps({"type": "text.append", "context_id": "c", "text": text}))
+        await ws.send(json.dumps({"type": "context.end", "context_id": "c"}))
+        while not isinstance(await ws.recv(), bytes):
+            pass  # until its audio has started
+        for pid in (server.proc.pid, *pids):
+            os.kill(pid, signal.SIGTERM)
+        status = None
+        while status is None:
+            message = await ws.recv()
+            if isinstance(message, str) and json.loads(message)["type"] == "context.done":
+                status = json.loads(message)["status"]
+        assert status == "completed", server.output()
+        assert await server.wait(60) == 0, server.output()
+        assert "exiting now" not in server.output()
+
+
+async def test_a_worker_that_dies_stops_the_server_with_an_error() -> None:
+    async with server_process(FAKE) as server:
+        first, second = worker_pids(server)
+        os.kill(first, signal.SIGKILL)
+        status = await server.wait(60)
+        assert status == 1
+        assert "worker-0 was killed by SIGKILL: stopping the others" in server.output()
+        assert not alive(second)
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.skipif(not vllm_available(), reason="vllm and triton are not installed")
+async def test_two_workers_speak_through_one_vllm_talker(tiny_checkpoint: Path) -> None:
+    from vllm_support.cpu_env import apply_cpu_vllm_env
+
+    apply_cpu_vllm_env()  # the talker host's engine processes inherit it
+    options = {
+        "max_num_seqs": 4,
+        "max_model_len": 1024,
+        "dtype": "float32",
+        "enforce_eager": True,
+        "engine_args": {"block_size": 32, "num_gpu_blocks_override": 4 * 1024 // 32 + 1},
+    }
+    args = [
+        *("--model", str(tiny_checkpoint), "--engine", "higgs", "--talker", "vllm"),
+        *("--device", "cpu", "--workers", "2", "--talker-options", json.dumps(options)),
+    ]
+    async with server_process(args, ready_timeout=600) as server:
+        assert "starting the vLLM talker for every worker" in server.output()
+        sessions = await asyncio.gather(*(open_session(server.url) for _ in range(4)))
+        try:
+            results = await asyncio.gather(
+                *(speak(ws, f"c{i}", "Hello there.") for i, ws in enumerate(sessions))
+            )
+        finally:
+            await asyncio.gather(*(ws.close() for ws in sessions))
+        assert [status for status, _ in results] == ["completed"] * 4, server.output()
+        assert all(audio > 0 for _, audio in results)
+        server.proc.send_signal(signal.SIGTERM)
+        assert await server.wait(120) == 0, server.output()

@@ -15,6 +15,7 @@ from gateway.protocol import Limits
 from gateway.serving import build_engine, say, serve
 from gateway.settings import GatewaySettings
 from gateway.voice_backends import check_voice_store
+from gateway.workers import DEFAULT_TALKER_HOST_WORKERS, resolve_workers, run_workers
 from realtime_engine.engines.base import EngineError
 from realtime_engine.format import (
     CODEC_KERNELS,
@@ -142,8 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         metavar="N",
         help="gateway processes accepting on the one listening socket, each owning its "
-        "connections (default 1); a vLLM talker is one engine for all of them, other "
-        "engines run in every worker (docs/scaling.md, 'Worker processes')",
+        f"connections (default {DEFAULT_TALKER_HOST_WORKERS} with the vLLM talker, which is "
+        "then one engine for all of them, else 1; other engines run in every worker; "
+        "docs/scaling.md, 'Worker processes')",
     )
     serve.add_argument(
         "--drain-timeout",
@@ -270,9 +272,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.talker_options, args.data_parallel_size, args.tensor_parallel_size
     )
     talker = engine_talker_options(kind, args.talker, raw)
+    settings = settings.model_copy(update={"workers": resolve_workers(args.workers, kind, talker)})
     if settings.workers > 1:
-        from gateway.workers import run_workers
-
         return run_workers(args, settings, kind, talker, say)
     say(f"loading the {kind} engine" + (f" from {args.model}" if args.model else ""))
     loading = time.perf_counter()

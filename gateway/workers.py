@@ -50,6 +50,11 @@ from realtime_engine.talker.backends import TalkerOptions, VllmOptions
 
 log = logging.getLogger(__name__)
 
+# Workers by default with the vLLM talker. On one H200 at 256 streams (docs/bench/
+# RESULTS.md, section 18) one process sent 509 audio-s/s with 24 streams
+# underrunning, two sent 631 with none, and four no more than two (629) while
+# one stream's time to first audio grew by 3 ms.
+DEFAULT_TALKER_HOST_WORKERS = 2
 # Pending connections the shared socket queues while every worker is busy.
 LISTEN_BACKLOG = 2048
 _PR_SET_PDEATHSIG = 1
@@ -92,6 +97,13 @@ def worker_settings(
 
 def uses_talker_host(kind: str, talker: TalkerOptions | None) -> bool:
     return kind == "higgs" and isinstance(talker, VllmOptions)
+
+
+def resolve_workers(requested: int | None, kind: str, talker: TalkerOptions | None) -> int:
+    """``--workers`` as given, else the default for this engine and talker."""
+    if requested is not None:
+        return requested
+    return DEFAULT_TALKER_HOST_WORKERS if uses_talker_host(kind, talker) else 1
 
 
 def run_workers(

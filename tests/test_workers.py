@@ -16,6 +16,10 @@ from server_process import ServerProcess, server_process
 from vllm_support.cpu_env import vllm_available
 from websockets.asyncio.client import ClientConnection
 
+from gateway.cli import build_parser, main, settings_from_args
+from gateway.workers import DEFAULT_TALKER_HOST_WORKERS, resolve_workers
+from realtime_engine.talker.backends import parse_talker_options
+
 pytestmark = pytest.mark.timeout(300)
 
 FAKE = ["--engine", "fake", "--workers", "2"]
@@ -116,7 +120,7 @@ async def test_a_worker_that_dies_stops_the_server_with_an_error() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.skipif(not vllm_available(), reason="vllm and triton are not installed")
-async def test_two_workers_speak_through_one_vllm_talker(tiny_checkpoint: Path) -> None:
+async def test_the_default_workers_speak_through_one_vllm_talker(tiny_checkpoint: Path) -> None:
     from vllm_support.cpu_env import apply_cpu_vllm_env
 
     apply_cpu_vllm_env()  # the talker host's engine processes inherit it
@@ -129,9 +133,11 @@ async def test_two_workers_speak_through_one_vllm_talker(tiny_checkpoint: Path) 
     }
     args = [
         *("--model", str(tiny_checkpoint), "--engine", "higgs", "--talker", "vllm"),
-        *("--device", "cpu", "--workers", "2", "--talker-options", json.dumps(options)),
+        *("--device", "cpu", "--talker-options", json.dumps(options)),
     ]
     async with server_process(args, ready_timeout=600) as server:
+        # The vLLM talker gets several workers without being asked.
+        assert len(worker_pids(server)) == DEFAULT_TALKER_HOST_WORKERS
         assert "starting the vLLM talker for every worker" in server.output()
         sessions = await asyncio.gather(*(open_session(server.url) for _ in range(4)))
         try:
@@ -144,3 +150,29 @@ async def test_two_workers_speak_through_one_vllm_talker(tiny_checkpoint: Path) 
         assert all(audio > 0 for _, audio in results)
         server.proc.send_signal(signal.SIGTERM)
         assert await server.wait(120) == 0, server.output()
+
+
+@pytest.mark.parametrize(
+    ("requested", "kind", "talker", "expected"),
+    [
+        (None, "higgs", "vllm", DEFAULT_TALKER_HOST_WORKERS),
+        (1, "higgs", "vllm", 1),
+        (4, "higgs", "vllm", 4),
+        (None, "higgs", "reference", 1),
+        (None, "cpu-voice", None, 1),
+        (3, "cpu-voice", None, 3),
+    ],
+)
+def test_the_vllm_talker_gets_several_workers_by_default_and_others_one(
+    requested: int | None, kind: str, talker: str | None, expected: int
+) -> None:
+    options = None if talker is None else parse_talker_options(talker)  # type: ignore[arg-type]
+    assert resolve_workers(requested, kind, options) == expected
+    assert DEFAULT_TALKER_HOST_WORKERS > 1
+
+
+def test_the_workers_flag_is_parsed_and_zero_is_refused() -> None:
+    args = build_parser().parse_args(["serve", "--workers", "3"])
+    assert settings_from_args(args).workers == 3
+    assert build_parser().parse_args(["serve"]).workers is None
+    assert main(["serve", "--workers", "0"]) == 2

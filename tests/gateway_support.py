@@ -122,3 +122,21 @@ async def send_event(ws: ClientConnection, event: dict[str, Any]) -> dict[str, A
     """Send ``event``; the next JSON event back."""
     await ws.send(json.dumps(event))
     return await next_event(ws)
+
+
+async def speak_context(
+    ws: ClientConnection, context_id: str, text: str
+) -> tuple[list[dict[str, Any]], int]:
+    """Speak ``text`` in one context: its events up to ``context.done``, and the audio bytes."""
+    await ws.send(json.dumps({"type": "text.append", "context_id": context_id, "text": text}))
+    await ws.send(json.dumps({"type": "context.end", "context_id": context_id}))
+    events: list[dict[str, Any]] = []
+    audio = 0
+    while True:
+        message = await ws.recv()
+        if isinstance(message, bytes):
+            audio += len(message)
+            continue
+        events.append(json.loads(message))
+        if events[-1]["type"] == "context.done":
+            return events, audio

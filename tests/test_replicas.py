@@ -11,23 +11,20 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
 import pytest_asyncio
-from gateway_support import open_session, send_event
+from gateway_support import open_session, send_event, speak_context
 from haproxy_support import haproxy
 from prometheus_client.parser import text_string_to_metric_families
 from redis_support import redis_server, require_redis_client
 from server_process import ServerProcess, server_process
 from tcp_proxy import RoundRobinProxy
 from voice_clips_support import tone, wav_s16
-from websockets.asyncio.client import ClientConnection
 
 pytestmark = pytest.mark.slow
 
@@ -76,22 +73,6 @@ def _auth(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
-async def _speak(ws: ClientConnection, context_id: str, text: str) -> tuple[list[Any], int]:
-    """Every event of one context up to its ``context.done``, and the audio bytes."""
-    await ws.send(json.dumps({"type": "text.append", "context_id": context_id, "text": text}))
-    await ws.send(json.dumps({"type": "context.end", "context_id": context_id}))
-    events: list[Any] = []
-    audio = 0
-    while True:
-        message = await ws.recv()
-        if isinstance(message, bytes):
-            audio += len(message)
-            continue
-        events.append(json.loads(message))
-        if events[-1]["type"] == "context.done":
-            return events, audio
-
-
 async def _voice_metrics(replica: ServerProcess) -> dict[str, float]:
     async with httpx.AsyncClient(base_url=replica.url) as http:
         text = (await http.get("/metrics")).text
@@ -120,7 +101,7 @@ async def test_a_voice_made_through_one_replica_speaks_through_the_other(
         update = {"type": "session.update", "session": {**SESSION, "voice": "shared"}}
         updated = await send_event(on_b, update)  # b never saw this voice: it asks the store
         assert updated["type"] == "session.updated", updated
-        events, audio_bytes = await _speak(on_b, "one", "Hello from the other replica.")
+        events, audio_bytes = await speak_context(on_b, "one", "Hello from the other replica.")
         assert events[-1]["status"] == "completed", events
         assert audio_bytes > 0
         on_a_metrics, on_b_metrics = await _voice_metrics(a), await _voice_metrics(b)
@@ -158,7 +139,7 @@ async def test_a_voice_made_through_one_replica_speaks_through_the_other(
             assert gone.json()["error"]["code"] == "voice_not_found"
 
         # the session on b still has the voice selected: its next context is refused
-        events, _ = await _speak(on_b, "two", "Still there?")
+        events, _ = await speak_context(on_b, "two", "Still there?")
         errors = [e for e in events if e["type"] == "error"]
         assert errors and errors[0]["error"]["code"] == "voice_not_found", events
         assert events[-1]["status"] == "failed"
@@ -188,7 +169,7 @@ async def test_the_shipped_haproxy_config_carries_websockets_and_http(
             assert created["type"] == "voice.created", created
             update = {"type": "session.update", "session": {**SESSION, "voice": "lb"}}
             assert (await send_event(second, update))["type"] == "session.updated"
-            events, audio_bytes = await _speak(second, "one", "Through the balancer.")
+            events, audio_bytes = await speak_context(second, "one", "Through the balancer.")
             assert events[-1]["status"] == "completed" and audio_bytes > 0, events
             encodes = sorted(
                 [(await _voice_metrics(r))["speech_voice_encodes"] for r in topology.replicas]

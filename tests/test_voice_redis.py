@@ -20,34 +20,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from redis_support import free_port, redis_server, require_redis_client
-from voice_clips_support import tone, wav_s16
+from voice_clips_support import CloningFakeEngine, clip, tone, wav_s16
 from websockets.asyncio.client import connect
 
 from bench.server import gateway_app, serve
 from gateway.cli import main as cli_main
 from gateway.voices import VoiceConflictError, VoiceLibrary, VoiceNotFoundError
-from realtime_engine.engines.fake import FakeEngine
 
 CLIP = wav_s16(tone(1.5))
-
-
-class CloningFakeEngine(FakeEngine):
-    """The fake engine plus cloning: codes that depend on the clip."""
-
-    supports_voice_cloning = True
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.encoded = 0
-
-    async def encode_reference(self, pcm: np.ndarray, sample_rate: int) -> np.ndarray:
-        self.encoded += 1
-        level = int(abs(float(pcm.mean())) * 1e6) % 1024
-        return np.full((-(-pcm.size // 960), 8), level, dtype=np.int64)
-
-
-def clip(hz: float) -> bytes:
-    return wav_s16(tone(1.0, hz=hz))
 
 
 @pytest_asyncio.fixture
@@ -191,7 +171,7 @@ async def test_a_context_whose_voice_cannot_be_read_fails_retryably(tmp_path: Pa
         await store.stop()  # the store goes away under the running gateway
         await ws.send(json.dumps({"type": "text.append", "context_id": "c", "text": "Hi."}))
         await ws.send(json.dumps({"type": "context.end", "context_id": "c"}))
-        events = []
+        events: list[dict[str, Any]] = []
         while not events or events[-1]["type"] != "context.done":
             message = await ws.recv()
             if isinstance(message, str):

@@ -24,7 +24,8 @@ import pytest
 from gateway_support import open_session, send_event
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from voice_workers_support import CloningFakeEngine, clip, create_voices, create_voices_in_process
+from voice_clips_support import CloningFakeEngine, clip
+from voice_workers_support import create_voices, create_voices_in_process
 
 from bench.server import serve
 from gateway.app import create_app

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from gateway_support import open_session
+from gateway_support import open_session, speak_context
 from server_process import ServerProcess, server_process
 from vllm_support.cpu_env import vllm_available
 from websockets.asyncio.client import ClientConnection
@@ -43,17 +43,8 @@ def alive(pid: int) -> bool:
 
 async def speak(ws: ClientConnection, context_id: str, text: str) -> tuple[str, int]:
     """One context's final status and the audio bytes it got."""
-    await ws.send(json.dumps({"type": "text.append", "context_id": context_id, "text": text}))
-    await ws.send(json.dumps({"type": "context.end", "context_id": context_id}))
-    audio = 0
-    while True:
-        message = await ws.recv()
-        if isinstance(message, bytes):
-            audio += len(message)
-            continue
-        event = json.loads(message)
-        if event["type"] == "context.done":
-            return event["status"], audio
+    events, audio = await speak_context(ws, context_id, text)
+    return events[-1]["status"], audio
 
 
 async def test_every_session_on_two_workers_gets_its_speech() -> None:

@@ -9,6 +9,8 @@ import wave
 import av
 import numpy as np
 
+from realtime_engine.engines.fake import FakeEngine
+
 RATE = 24_000
 
 
@@ -82,3 +84,23 @@ MALFORMED: list[tuple[str, bytes, str]] = [
     ("too_short", wav_s16(tone(0.4)), "at least 1 s"),
 ]
 STEREO = wav_s16(tone(1.5, channels=2).reshape(-1), channels=2)
+
+
+class CloningFakeEngine(FakeEngine):
+    """The fake engine plus cloning: codes that depend on the clip, encodes counted."""
+
+    supports_voice_cloning = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoded = 0
+
+    async def encode_reference(self, pcm: np.ndarray, sample_rate: int) -> np.ndarray:
+        self.encoded += 1
+        level = int(abs(float(pcm.mean())) * 1e6) % 1024
+        return np.full((-(-pcm.size // 960), 8), level, dtype=np.int64)
+
+
+def clip(hz: float) -> bytes:
+    """A one-second tone at ``hz`` as a WAV file (a distinct voice per pitch)."""
+    return wav_s16(tone(1.0, hz=hz))

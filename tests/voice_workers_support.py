@@ -6,30 +6,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import numpy as np
-from voice_clips_support import tone, wav_s16
+from voice_clips_support import CloningFakeEngine, clip
 
 from gateway.voices import VoiceConflictError, VoiceLibrary, VoiceStore
-from realtime_engine.engines.fake import FakeEngine
-
-
-class CloningFakeEngine(FakeEngine):
-    """The fake engine plus cloning: codes that depend on the clip, encodes counted."""
-
-    supports_voice_cloning = True
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.encoded = 0
-
-    async def encode_reference(self, pcm: np.ndarray, sample_rate: int) -> np.ndarray:
-        self.encoded += 1
-        level = int(abs(float(pcm.mean())) * 1e6) % 1024
-        return np.full((-(-pcm.size // 960), 8), level, dtype=np.int64)
-
-
-def clip(hz: float) -> bytes:
-    return wav_s16(tone(1.0, hz=hz))
 
 
 async def create_voices(

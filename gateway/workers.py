@@ -258,6 +258,8 @@ class Supervisor:
         self, host: tuple[Any, Any] | None, settings: GatewaySettings, port: int, started: float
     ) -> int:
         host_task = asyncio.create_task(host[0].serve()) if host is not None else None
+        if host_task is not None:
+            host_task.add_done_callback(self._host_ended)
         try:
             await asyncio.to_thread(self._watch, settings, port, started)
         finally:
@@ -268,6 +270,14 @@ class Supervisor:
         if self.failed and self.status == 0:
             return 1
         return self.status
+
+    def _host_ended(self, task: asyncio.Task[None]) -> None:
+        """The talker host stops only when cancelled; anything else strands every worker."""
+        if task.cancelled() or self.stopping:
+            return
+        self.say(f"error: the talker host stopped: {task.exception()!r}; stopping the workers")
+        self.failed = True
+        self.stop_all()
 
     def _watch(self, settings: GatewaySettings, port: int, started: float) -> None:
         """Until every worker has exited (a thread: waits on pipes and process sentinels)."""

@@ -215,6 +215,7 @@ async def test_a_malformed_message_is_dropped_and_the_host_keeps_serving(
     try:
         for raw in (b"not json", b"[1, 2]", json.dumps({"op": "run"}).encode(), b'{"op": "x"}'):
             await rogue.send(raw)
+        await rogue.send_multipart([b"two", b"frames"])
         a, _ = links
         run = asyncio.create_task(a.run(_request("fine")))
         (request,) = await _started(engine, 1)

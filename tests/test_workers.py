@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
 import os
 import re
 import signal
+import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -17,7 +21,7 @@ from vllm_support.cpu_env import vllm_available
 from websockets.asyncio.client import ClientConnection
 
 from gateway.cli import build_parser, main, settings_from_args
-from gateway.workers import DEFAULT_TALKER_HOST_WORKERS, resolve_workers
+from gateway.workers import DEFAULT_TALKER_HOST_WORKERS, Supervisor, resolve_workers
 from realtime_engine.talker.backends import parse_talker_options
 
 pytestmark = pytest.mark.timeout(300)
@@ -167,3 +171,34 @@ def test_the_workers_flag_is_parsed_and_zero_is_refused() -> None:
     assert settings_from_args(args).workers == 3
     assert build_parser().parse_args(["serve"]).workers is None
     assert main(["serve", "--workers", "0"]) == 2
+
+
+async def test_a_talker_host_that_stops_by_itself_stops_every_worker() -> None:
+    """Workers left without their engine would wait forever: the supervisor stops them."""
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+
+    @dataclass
+    class Worker:  # what the supervisor reads of a multiprocessing.Process
+        pid: int
+        name: str = "speech-gateway-worker-0"
+        exitcode: int | None = None
+
+    said: list[str] = []
+    events, _ = multiprocessing.Pipe(duplex=False)
+    supervisor = Supervisor([Worker(sleeper.pid)], events, said.append)
+
+    async def host_that_fails() -> None:
+        raise RuntimeError("socket gone")
+
+    task = asyncio.create_task(host_that_fails())
+    await asyncio.gather(task, return_exceptions=True)
+    try:
+        supervisor._host_ended(task)
+        assert await asyncio.to_thread(sleeper.wait, 30) == -signal.SIGTERM
+        assert supervisor.failed and supervisor.stopping
+        assert said == [
+            "error: the talker host stopped: RuntimeError('socket gone'); stopping the workers"
+        ]
+    finally:
+        sleeper.kill()
+        sleeper.wait()

@@ -74,7 +74,11 @@ class TalkerHost:
         health = asyncio.create_task(self._watch_health())
         try:
             while True:
-                identity, raw = await self._socket.recv_multipart()
+                frames = await self._socket.recv_multipart()
+                if len(frames) != 2:  # [identity, message] is all a DEALER sends
+                    logger.error("talker host: a message of %d frames dropped", len(frames))
+                    continue
+                identity, raw = frames
                 self._workers.add(identity)
                 try:
                     message = _decode(raw)

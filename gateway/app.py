@@ -228,7 +228,8 @@ async def _metrics(request: Request) -> Response:
     own = metrics.render()
     if not sockets or request.query_params.get(SCOPE_PARAM) == WORKER_SCOPE:
         return Response(own, media_type=metrics.content_type)
-    body = await server_metrics(own, state.settings.worker_index, sockets)
+    settings = state.settings
+    body = await server_metrics(own, settings.worker_index, sockets, settings.workers_share_engine)
     return Response(body, media_type=metrics.content_type)
 
 

@@ -47,8 +47,11 @@ async def fetch_worker_metrics(socket_path: str, timeout_s: float | None = None)
     return response.text
 
 
-async def server_metrics(own: bytes, worker_index: int, worker_sockets: Sequence[str]) -> bytes:
-    """This worker's ``own`` exposition merged with every other worker's."""
+async def server_metrics(
+    own: bytes, worker_index: int, worker_sockets: Sequence[str], shared_engine: bool = True
+) -> bytes:
+    """This worker's ``own`` exposition merged with every other worker's
+    (``shared_engine``: see :func:`~gateway.metrics_merge.merge_expositions`)."""
     count = max(len(worker_sockets), worker_index + 1)
     peers = [i for i in range(len(worker_sockets)) if i != worker_index]
     answers = await asyncio.gather(*(fetch_worker_metrics(worker_sockets[i]) for i in peers))
@@ -57,7 +60,7 @@ async def server_metrics(own: bytes, worker_index: int, worker_sockets: Sequence
     for index, text in zip(peers, answers, strict=True):
         texts[index] = text
     try:
-        return merge_expositions(texts)
+        return merge_expositions(texts, shared_engine=shared_engine)
     except Exception:
         log.exception("worker metrics not merged; this worker's own answered instead")
         return own

@@ -76,10 +76,12 @@ def is_engine_family(name: str) -> bool:
     return name in ENGINE_FAMILIES
 
 
-def merge_expositions(texts: Sequence[str | None]) -> bytes:
+def merge_expositions(texts: Sequence[str | None], *, shared_engine: bool = True) -> bytes:
     """The server's exposition from ``texts[i]``, worker ``i``'s own (None: not reached).
 
-    A text the parser refuses counts as unreachable too.
+    A text the parser refuses counts as unreachable too. ``shared_engine``
+    False (every worker runs an engine of its own): the engine's families are
+    each worker's own as well, labelled like the rest.
     """
     parsed: dict[int, list[Metric]] = {}
     for index, text in enumerate(texts):
@@ -89,23 +91,27 @@ def merge_expositions(texts: Sequence[str | None]) -> bytes:
             parsed[index] = list(text_string_to_metric_families(text))
         except Exception:  # a garbled answer is a worker not heard from
             continue
-    return generate_latest(_Merged(parsed, len(texts)))
+    return generate_latest(_Merged(parsed, len(texts), shared_engine))
 
 
 class _Merged(Collector):
-    def __init__(self, parsed: dict[int, list[Metric]], workers: int) -> None:
+    def __init__(self, parsed: dict[int, list[Metric]], workers: int, shared: bool) -> None:
         self._parsed = parsed
         self._workers = workers
+        self._shared = shared
 
     def collect(self) -> Iterable[Metric]:
-        return list(_merge(self._parsed, self._workers))
+        return list(_merge(self._parsed, self._workers, self._shared))
 
 
-def _merge(parsed: dict[int, list[Metric]], workers: int) -> Iterator[Metric]:
+def _merge(parsed: dict[int, list[Metric]], workers: int, shared: bool) -> Iterator[Metric]:
+    def engine_family(name: str) -> bool:
+        return shared and is_engine_family(name)
+
     merged: dict[str, Metric] = {}
     for index in sorted(parsed):
         for family in parsed[index]:
-            if is_engine_family(family.name) or family.name in (WORKERS, UNREACHABLE):
+            if engine_family(family.name) or family.name in (WORKERS, UNREACHABLE):
                 continue
             out = merged.get(family.name)
             if out is None:
@@ -119,7 +125,7 @@ def _merge(parsed: dict[int, list[Metric]], workers: int) -> Iterator[Metric]:
     engine: dict[str, Metric] = {}
     for index in _freshest_first(parsed):
         for family in parsed[index]:
-            if not is_engine_family(family.name):
+            if not engine_family(family.name):
                 continue
             out = engine.get(family.name)
             if out is None:
@@ -130,7 +136,7 @@ def _merge(parsed: dict[int, list[Metric]], workers: int) -> Iterator[Metric]:
     # Each family where it first appeared in worker order (engine ones included).
     for index in sorted(parsed):
         for family in parsed[index]:
-            source = engine if is_engine_family(family.name) else merged
+            source = engine if engine_family(family.name) else merged
             out = source.pop(family.name, None)
             if out is not None:
                 yield out

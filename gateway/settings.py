@@ -76,6 +76,10 @@ class GatewaySettings(BaseModel):
     # merges them all). Empty with one worker.
     worker_index: int = Field(default=0, ge=0)
     worker_sockets: tuple[str, ...] = ()
+    # Whether the workers share one engine (the vLLM talker's host). False when
+    # each runs its own: /metrics then labels the engine's families per worker
+    # too, instead of taking them once.
+    workers_share_engine: bool = True
 
     @classmethod
     def from_env(cls, **overrides: object) -> GatewaySettings:

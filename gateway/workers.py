@@ -81,11 +81,12 @@ def listening_socket(host: str, port: int) -> socket.socket:
 
 
 def worker_settings(
-    settings: GatewaySettings, index: int, run_dir: str, voice_dir: str
+    settings: GatewaySettings, index: int, run_dir: str, voice_dir: str, shared_engine: bool
 ) -> GatewaySettings:
     """Worker ``index``'s settings: its private socket among all workers', the shared voices."""
     update: dict[str, Any] = {
         "worker_index": index,
+        "workers_share_engine": shared_engine,
         "worker_sockets": tuple(
             os.path.join(run_dir, f"worker-{i}.sock") for i in range(settings.workers)
         ),
@@ -144,7 +145,7 @@ def _run(
     for index in range(settings.workers):
         plan = WorkerPlan(
             index,
-            worker_settings(settings, index, run_dir, voice_dir),
+            worker_settings(settings, index, run_dir, voice_dir, host_endpoint is not None),
             args,
             kind,
             talker,

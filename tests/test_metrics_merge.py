@@ -129,6 +129,23 @@ def test_help_and_type_come_once_per_family() -> None:
     assert types[:-2] == [line.split()[2] for line in alone.splitlines() if "# TYPE " in line]
 
 
+def test_engines_of_their_own_are_labelled_per_worker_like_the_rest() -> None:
+    """Workers that each run an engine (not the vLLM talker's host): nothing is shared."""
+    workers = [GatewayMetrics() for _ in range(2)]
+    EngineStatsSampler(workers[0]).observe(Stats(steps=10, rows=40, mean_step_s=0.004))
+    EngineStatsSampler(workers[1]).observe(Stats(steps=30, rows=90, mean_step_s=0.006))
+    merged = families(merge_expositions([own(m) for m in workers], shared_engine=False))
+    assert by_worker(merged["speech_engine_rows"], "speech_engine_rows_total") == {
+        "0": 40,
+        "1": 90,
+    }
+    assert by_worker(merged["speech_engine_steps"], "speech_engine_steps_total") == {
+        "0": 10,
+        "1": 30,
+    }
+    check_histograms(merged)
+
+
 def test_engine_families_come_once_unlabelled_and_furthest_along() -> None:
     workers = [GatewayMetrics() for _ in range(3)]
     samplers = [EngineStatsSampler(m) for m in workers]

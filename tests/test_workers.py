@@ -21,7 +21,13 @@ from vllm_support.cpu_env import vllm_available
 from websockets.asyncio.client import ClientConnection
 
 from gateway.cli import build_parser, main, settings_from_args
-from gateway.workers import DEFAULT_TALKER_HOST_WORKERS, Supervisor, resolve_workers
+from gateway.settings import GatewaySettings
+from gateway.workers import (
+    DEFAULT_TALKER_HOST_WORKERS,
+    Supervisor,
+    resolve_workers,
+    worker_settings,
+)
 from realtime_engine.talker.backends import parse_talker_options
 
 pytestmark = pytest.mark.timeout(300)
@@ -202,3 +208,15 @@ async def test_a_talker_host_that_stops_by_itself_stops_every_worker() -> None:
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_each_worker_gets_its_socket_among_all_and_whether_the_engine_is_shared(
+    tmp_path: Path, shared: bool
+) -> None:
+    settings = GatewaySettings(workers=3)
+    mine = worker_settings(settings, 1, str(tmp_path), str(tmp_path / "voices"), shared)
+    assert mine.worker_index == 1
+    assert mine.worker_sockets == tuple(str(tmp_path / f"worker-{i}.sock") for i in range(3))
+    assert mine.voice_dir == str(tmp_path / "voices")
+    assert mine.workers_share_engine is shared

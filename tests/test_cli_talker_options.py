@@ -39,7 +39,11 @@ def test_vllm_options_are_typed_and_reach_the_engine(monkeypatch: pytest.MonkeyP
         "codec_precision": DEFAULT_CODEC_PRECISION,
         "codec_batch": 64,
         "codec_kernels": DEFAULT_CODEC_KERNELS,
+        "talker_host": None,  # the engine is started here
     }
+    # A worker of serve --workers: the engine is the talker host's.
+    cli.build_engine("higgs", "/ckpt", None, talker, talker_host="ipc:///run/talker")
+    assert seen["talker_host"] == "ipc:///run/talker"
 
 
 def test_reference_options_are_checked_not_dropped() -> None:

@@ -14,7 +14,8 @@ def test_a_missing_server_package_is_a_clear_message_not_a_traceback(
 ) -> None:
     # what the base install lacks: uvicorn (and the server modules that import it)
     monkeypatch.setitem(sys.modules, "uvicorn", None)
-    monkeypatch.delitem(sys.modules, "gateway.cli", raising=False)
+    for module in ("gateway.cli", "gateway.serving", "gateway.workers"):  # so they import anew
+        monkeypatch.delitem(sys.modules, module, raising=False)
     assert entry.main() == 2
     err = capsys.readouterr().err
     assert "[server] extra" in err and "uvicorn" in err and entry.SERVER_EXTRA_HINT in err

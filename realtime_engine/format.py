@@ -37,7 +37,8 @@ DEFAULT_CODEC_PRECISION: Final = "tf32"
 # CUDA graph per batch bucket), ``snake`` (each activation one Triton kernel)
 # or ``compiled`` (the whole step through torch.compile: elementwise passes,
 # state gathers and scatters fused); one CUDA graph per bucket whichever.
-# eager by default: see docs/bench/RESULTS.md, section 10.
+# eager by default: compiled is faster alone and at one stream, not served under
+# load (docs/bench/RESULTS.md, sections 10 and 19).
 CODEC_KERNELS: Final = ("eager", "snake", "compiled")
 DEFAULT_CODEC_KERNELS: Final = "eager"
 

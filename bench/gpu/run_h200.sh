@@ -42,6 +42,8 @@
 #   profiler, toggled by SIGUSR2 to the gateway; writing the trace stalls the engine core for
 #   seconds), summarised like load_trace's into served_trace/; the gateway then starts with
 #   engine_args.profiler_config added to TALKER_OPTIONS (not the defaults: keep it off headline runs)
+#   (SERVED_TRACE=1 also follows each request to its first chunk: served_trace/first_chunk.txt,
+#   bench.gpu.first_chunk_trace, for the preset SWEEP_SESSION names)
 #   RUN_TAG [$PHASE]: names $WORK/results_<tag>, summary_<tag>.md, h200_<tag>.tar.gz
 #   FALLBACK [1]: when the vLLM talker does not start, serve the reference talker and measure a little
 #   LOCAL [0]: 1 = no kit site, no wheels, no plugin dist-info (a CPU machine with the project's venv)
@@ -539,6 +541,11 @@ served_trace() {
   run_to "$RES/served_trace.log" env PYTHONPATH="$GW_PYTHONPATH" "$PY" -m bench.gpu.load_trace \
     --from-trace-dir "$TRACE_DIR" --out "$RES/served_trace"
   step_log served_trace "$([ -s "$RES/served_trace/load_trace.txt" ] && echo ok || echo failed)" 0 "c=$SERVED_TRACE"
+  if [ "$SERVED_TRACE" = 1 ]; then   # one stream: each request's way to its first chunk
+    run_to "$RES/served_trace/first_chunk.txt" env PYTHONPATH="$GW_PYTHONPATH" "$PY" -m bench.gpu.first_chunk_trace \
+      "$RES/served_trace/load_trace.tar.gz" --preset "$(FIRST_CHUNK_SESSION=$SWEEP_SESSION "$PY" -c 'import json, os
+print(json.loads(os.environ["FIRST_CHUNK_SESSION"]).get("latency_preset", "exact"))')"
+  fi
 }
 
 # load_trace C: the engine alone at concurrency C (no gateway, no clients), with a py-spy

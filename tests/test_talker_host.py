@@ -230,3 +230,44 @@ async def _until(condition: object) -> None:
     assert callable(condition)
     while not condition():
         await asyncio.sleep(0.01)
+
+
+@dataclass
+class PromptLengthEngine(FakeEngine):
+    """Finishes every request at once, with its prompt's length as its token count."""
+
+    async def run(self, request: EngineRequest) -> int:
+        self.requests.append(request)
+        return len(request.prompt_ids)
+
+
+async def test_a_worker_that_reads_late_still_gets_every_answer(tmp_path: Path) -> None:
+    """Thousands of answers pile up for a worker that is not reading (a stalled
+    event loop): ZMQ's default queue of 1,000 messages per peer would drop the
+    rest, and those requests would wait for an answer that never comes."""
+    count = 6000
+    engine = PromptLengthEngine()
+    served = TalkerHost(engine, f"ipc://{tmp_path}/talker")
+    task = asyncio.create_task(served.serve())
+    context = zmq.asyncio.Context()
+    worker = context.socket(zmq.DEALER)  # ZMQ's default queue: 1,000 messages
+    worker.connect(served.endpoint)
+    try:
+        for i in range(count):
+            request = _request(f"r{i}", tuple(range(1 + i % 5)))
+            await worker.send(json.dumps({"op": "run", **request.to_wire()}).encode())
+        # every request has run and been answered before the worker reads any answer
+        await asyncio.wait_for(_until(lambda: len(engine.requests) == count), 30)
+        await asyncio.wait_for(_until(lambda: not served._running), 30)
+        answers = {}
+        while len(answers) < count:
+            message = json.loads(await asyncio.wait_for(worker.recv(), 10))
+            answers[message["id"]] = message
+        assert {m["op"] for m in answers.values()} == {"finished"}
+        assert all(answers[f"r{i}"]["tokens"] == 1 + i % 5 for i in range(count))
+    finally:
+        worker.close(linger=0)
+        context.term()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        served.close()

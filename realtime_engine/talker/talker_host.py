@@ -62,6 +62,11 @@ class TalkerHost:
         self._context = zmq.asyncio.Context()
         self._socket = self._context.socket(zmq.ROUTER)
         self._socket.setsockopt(zmq.LINGER, 0)
+        # A ROUTER drops what it cannot queue for a peer. A worker busy for a while
+        # with thousands of requests finishing must still get every answer: the
+        # messages are small, so the queue has no limit (a worker that left is
+        # dropped by ZMQ with its queue).
+        self._socket.setsockopt(zmq.SNDHWM, 0)
         self._socket.bind(endpoint)
         self._running: dict[str, asyncio.Task[None]] = {}
         self._workers: set[bytes] = set()
@@ -206,6 +211,7 @@ class RemoteEngineLink:
             sock = self._context.socket(zmq.DEALER)
             sock.setsockopt(zmq.IDENTITY, self._identity)
             sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.RCVHWM, 0)  # every answer is kept until read
             sock.connect(self.endpoint)  # the host may bind later: ZMQ reconnects
             self._socket = sock
             self._reader = asyncio.create_task(self._read())

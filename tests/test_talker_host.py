@@ -259,7 +259,7 @@ async def test_a_worker_that_reads_late_still_gets_every_answer(tmp_path: Path) 
         # every request has run and been answered before the worker reads any answer
         await asyncio.wait_for(_until(lambda: len(engine.requests) == count), 30)
         await asyncio.wait_for(_until(lambda: not served._running), 30)
-        answers = {}
+        answers: dict[str, dict[str, object]] = {}
         while len(answers) < count:
             message = json.loads(await asyncio.wait_for(worker.recv(), 10))
             answers[message["id"]] = message

@@ -186,7 +186,7 @@ class LocalVoiceBackend:
     async def load_codes(self, key_id: str, digest: str) -> tuple[np.ndarray, str | None] | None:
         if self._disk is None:
             return None  # the library's memory cache held the only copy
-        return await asyncio.to_thread(self._disk.load_codes, digest)
+        return await asyncio.to_thread(self._disk.load_codes, key_id, digest)
 
     async def close(self) -> None:
         return None

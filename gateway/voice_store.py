@@ -3,9 +3,12 @@ gateway processes of one host that open the same directory.
 
 Layout under the directory the operator names (never one a client names):
 
-    codes/<sha256>.npz                    the codec codes of one clip, with its transcript
-    names/<sha256(key id)>/<sha256>.json  one named voice: key id, voice id, clip digest
-    names/<sha256(key id)>/.lock          the key's lock file (``flock``)
+    names/<sha256(key id)>/<sha256>.json         one named voice: key id, voice id, clip digest
+    names/<sha256(key id)>/codes/<sha256>.npz    the codec codes of one of the key's clips,
+                                                 with its transcript
+    names/<sha256(key id)>/.lock                 the key's lock file (``flock``)
+    codes/<sha256>.npz                           codes written before they were kept per key
+                                                 (still read, never deleted)
 
 Every file and folder name is a hex digest computed here, so nothing a client
 sends becomes part of a path. Files are written to a temporary name in the
@@ -20,8 +23,10 @@ Several processes (``serve --workers N``) may share one directory:
   below its maximum, then writes the codes and the name. Each call opens the
   lock file anew, so the lock also orders threads of one process, and the
   kernel drops it when its holder dies: a crashed worker leaves no stale lock.
-- Deleting is one ``unlink``: of two concurrent deletes exactly one finds the
-  file. It needs no lock (a delete can only lower a key's count).
+- Deleting a name holds the key's lock too: the name goes, and its clip's
+  codes go with it unless another name of the key still uses them, so a key
+  holds at most its maximum of clips (as in Redis). Of two concurrent deletes
+  exactly one finds the name.
 - Reading takes no lock: names are read from the directory on every use, so a
   voice named or deleted by one process is seen by the others at their next use.
 
@@ -102,14 +107,21 @@ class VoiceStore:
 
     # -- codes -------------------------------------------------------------------
 
-    def save_codes(self, digest: str, codes: np.ndarray, text: str | None) -> None:
-        path = self._codes / f"{_checked(digest)}.npz"
+    def _codes_path(self, key_id: str, digest: str) -> Path:
+        return self._key_dir(key_id) / "codes" / f"{_checked(digest)}.npz"
+
+    def save_codes(self, key_id: str, digest: str, codes: np.ndarray, text: str | None) -> None:
+        path = self._codes_path(key_id, digest)
+        path.parent.mkdir(parents=True, exist_ok=True)
         buffer = io.BytesIO()
         np.savez(buffer, codes=codes.astype(np.int16), text=np.array(text or ""))
         _atomic_write(path, buffer.getvalue())
 
-    def load_codes(self, digest: str) -> tuple[np.ndarray, str | None] | None:
-        path = self._codes / f"{_checked(digest)}.npz"
+    def load_codes(self, key_id: str, digest: str) -> tuple[np.ndarray, str | None] | None:
+        """The key's codes of clip ``digest`` (or a directory's older shared copy)."""
+        path = self._codes_path(key_id, digest)
+        if not path.is_file():
+            path = self._codes / f"{_checked(digest)}.npz"
         if not path.is_file():
             return None
         try:
@@ -175,7 +187,7 @@ class VoiceStore:
                 return "exists", existing
             if self.count_names(name.key_id) >= max_voices:
                 return "full", None
-            self.save_codes(name.digest, codes, text)  # before the name: a reader finds both
+            self.save_codes(name.key_id, name.digest, codes, text)  # first: a reader finds both
             self.save_name(name)
         return "added", name
 
@@ -185,11 +197,19 @@ class VoiceStore:
         _atomic_write(path, json.dumps(asdict(name)).encode())
 
     def delete_name(self, key_id: str, voice_id: str) -> bool:
-        """False when the key holds no such name (or another process deleted it first)."""
-        try:
-            self._name_path(key_id, voice_id).unlink()
-        except FileNotFoundError:
-            return False
+        """Delete the name, and its clip's codes once no other name of the key uses
+        them; False when the key holds no such name (or another process deleted
+        it first)."""
+        with self.locked(key_id):
+            name = self.read_name(key_id, voice_id)
+            try:
+                self._name_path(key_id, voice_id).unlink()
+            except FileNotFoundError:
+                return False
+            if name is not None and all(
+                other.digest != name.digest for other in self.list_names(key_id)
+            ):
+                self._codes_path(key_id, name.digest).unlink(missing_ok=True)
         return True
 
     def load_names(self) -> list[StoredName]:

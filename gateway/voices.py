@@ -332,10 +332,20 @@ class VoiceLibrary:
             raise VoiceNotFoundError(f"no voice named {voice_id!r}", "voice")
         reference = await self._cached(key_id, name.digest)
         if reference is None:
-            await self._backend.delete_name(key_id, voice_id)
-            raise VoiceNotFoundError(
-                f"voice {voice_id!r} has expired from the voice cache; create it again", "voice"
-            )
+            # The voice was deleted (its codes with it) since its name was read, and
+            # perhaps made again from another clip: only a name still pointing at
+            # missing codes is dropped.
+            now = await self._backend.get_name(key_id, voice_id)
+            if now is None:
+                raise VoiceNotFoundError(f"no voice named {voice_id!r}", "voice")
+            if now.digest != name.digest:
+                reference = await self._cached(key_id, now.digest)
+            if reference is None:
+                await self._backend.delete_name(key_id, voice_id)
+                raise VoiceNotFoundError(
+                    f"voice {voice_id!r} has expired from the voice cache; create it again",
+                    "voice",
+                )
         return reference
 
     async def delete(self, voice_id: str, key_id: str = ANONYMOUS) -> None:

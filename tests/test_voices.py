@@ -7,7 +7,7 @@ import base64
 import io
 import re
 import wave
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import av
@@ -23,6 +23,8 @@ from starlette.applications import Starlette
 from gateway.http.voices import voice_routes as routes
 from gateway.settings import GatewaySettings
 from gateway.state import GatewayState
+from gateway.voice_backends import LocalVoiceBackend
+from gateway.voice_store import key_digest
 from gateway.voices import (
     ReferenceAudioError,
     VoiceConflictError,
@@ -266,14 +268,87 @@ async def test_voices_persist_to_a_directory_and_come_back(tmp_path: Path) -> No
     assert created.cached and created.voice_id == "kept" and fresh_engine.encoded == []
 
 
+def _key_codes(root: Path, key_id: str) -> list[Path]:
+    return sorted((root / "names" / key_digest(key_id) / "codes").glob("*.npz"))
+
+
+async def test_deleting_a_voice_deletes_its_codes_once_no_name_of_the_key_uses_them(
+    tmp_path: Path,
+) -> None:
+    library = VoiceLibrary(CloningFakeEngine(), store=VoiceStore(tmp_path))
+    other = wav_bytes(tone(1.0, 16_000, hz=330), 16_000)
+    await library.create(CLIP, None, "first", key_id="key_a")
+    await library.create(CLIP, None, "second", key_id="key_a")  # the same clip: one file
+    await library.create(other, None, "other", key_id="key_a")
+    await library.create(CLIP, None, "first", key_id="key_b")
+    assert len(_key_codes(tmp_path, "key_a")) == 2
+    await library.delete("first", "key_a")
+    assert len(_key_codes(tmp_path, "key_a")) == 2, "'second' still uses the clip"
+    await library.delete("second", "key_a")
+    assert len(_key_codes(tmp_path, "key_a")) == 1
+    # what is left loads in a new process (no memory copy): the key's other clip,
+    # and the same clip under the other key
+    fresh = VoiceLibrary(CloningFakeEngine(), store=VoiceStore(tmp_path))
+    assert await fresh.reference("other", "key_a") is not None
+    assert await fresh.reference("first", "key_b") is not None
+    await fresh.delete("other", "key_a")
+    await fresh.delete("first", "key_b")
+    assert _key_codes(tmp_path, "key_a") == [] and _key_codes(tmp_path, "key_b") == []
+
+
+async def test_codes_kept_before_they_were_per_key_still_load(tmp_path: Path) -> None:
+    library = VoiceLibrary(CloningFakeEngine(), store=VoiceStore(tmp_path))
+    await library.create(CLIP, "old", "kept", key_id="key_a")
+    (code_file,) = _key_codes(tmp_path, "key_a")
+    shared = tmp_path / "codes" / code_file.name  # where a directory kept them before
+    code_file.rename(shared)
+    fresh = VoiceLibrary(CloningFakeEngine(), store=VoiceStore(tmp_path))
+    reference = await fresh.reference("kept", "key_a")
+    assert reference is not None and reference.text == "old"
+    await fresh.delete("kept", "key_a")
+    assert shared.is_file(), "shared codes may serve another key: never deleted"
+
+
+class _InterleavedBackend(LocalVoiceBackend):
+    """A worker whose first codes read happens while another worker deletes the voice
+    and makes it again from another clip."""
+
+    def __init__(self, store: VoiceStore, meanwhile: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(store)
+        self._meanwhile: Callable[[], Awaitable[None]] | None = meanwhile
+
+    async def load_codes(self, key_id: str, digest: str) -> tuple[np.ndarray, str | None] | None:
+        if self._meanwhile is not None:
+            meanwhile, self._meanwhile = self._meanwhile, None
+            await meanwhile()
+        return await super().load_codes(key_id, digest)
+
+
+async def test_a_voice_made_again_while_it_is_read_is_used_not_deleted(tmp_path: Path) -> None:
+    other = wav_bytes(tone(1.0, 16_000, hz=330), 16_000)
+    writer = VoiceLibrary(CloningFakeEngine(), store=VoiceStore(tmp_path))
+    await writer.create(CLIP, None, "mine", key_id="k")
+
+    async def remake() -> None:
+        await writer.delete("mine", "k")
+        await writer.create(other, "new", "mine", key_id="k")
+
+    reader = VoiceLibrary(
+        CloningFakeEngine(), backend=_InterleavedBackend(VoiceStore(tmp_path), remake)
+    )
+    reference = await reader.reference("mine", "k")
+    assert reference is not None and reference.text == "new"
+    assert await writer.reference("mine", "k") is not None, "the new voice survives"
+
+
 def test_a_broken_store_file_is_skipped(tmp_path: Path) -> None:
     store = VoiceStore(tmp_path)
     (tmp_path / "names" / "junk.json").write_text("{not json", encoding="utf-8")
     (tmp_path / "codes" / ("0" * 64 + ".npz")).write_bytes(b"not an npz")
     assert store.load_names() == []
-    assert store.load_codes("0" * 64) is None
+    assert store.load_codes("k", "0" * 64) is None
     with pytest.raises(ValueError):
-        store.load_codes("../etc/passwd")
+        store.load_codes("k", "../etc/passwd")
 
 
 async def test_library_names_conflicts_and_limits() -> None:

@@ -317,7 +317,11 @@ def _admission_error(ws: WebSocket, state: GatewayState) -> tuple[ErrorDetail, i
     unavailable = availability.refusal(state)  # draining, warming up, or the engine died
     if unavailable is not None:
         return unavailable, CLOSE_TRY_AGAIN
-    refusal = state.admission.session_refusal(principal.key_id)
+    return principal.key_id
+
+
+def _limit_error(refusal: str, state: GatewayState) -> tuple[ErrorDetail, int]:
+    """The error (and close code) of a session a limit refused."""
     if refusal == "server":
         detail = ErrorDetail(
             type="engine_overloaded",
@@ -327,16 +331,14 @@ def _admission_error(ws: WebSocket, state: GatewayState) -> tuple[ErrorDetail, i
             retry_after_ms=1000,
         )
         return detail, CLOSE_TRY_AGAIN
-    if refusal == "key":
-        detail = ErrorDetail(
-            type="rate_limit_error",
-            code=ErrorCode.KEY_SESSION_LIMIT,
-            message=f"this key has {state.admission.max_sessions_per_key} sessions open",
-            retryable=True,
-            retry_after_ms=1000,
-        )
-        return detail, CLOSE_TRY_AGAIN
-    return principal.key_id
+    detail = ErrorDetail(
+        type="rate_limit_error",
+        code=ErrorCode.KEY_SESSION_LIMIT,
+        message=f"this key has {state.admission.max_sessions_per_key} sessions open",
+        retryable=True,
+        retry_after_ms=1000,
+    )
+    return detail, CLOSE_TRY_AGAIN
 
 
 async def _serve_session(
@@ -345,6 +347,11 @@ async def _serve_session(
     offered = ws.scope.get("subprotocols") or []
     subprotocol = SUBPROTOCOL if SUBPROTOCOL in offered else None
     admitted = _admission_error(ws, state)
+    if isinstance(admitted, str):
+        # checked and counted in one step: with worker processes, on the server's counters
+        refusal = state.admission.try_open_session(admitted)
+        if refusal is not None:
+            admitted = _limit_error(refusal, state)
     if not isinstance(admitted, str):
         detail, code = admitted
         state.metrics.sessions_refused.labels(reason=detail.code).inc()
@@ -352,14 +359,14 @@ async def _serve_session(
         await _refuse(ws, subprotocol, detail, code)
         return
     key_id = admitted
-    config = SessionConfig(id=f"sess_{secrets.token_hex(12)}", model=state.model_name)
-    pipeline = SessionPipeline(
-        state, config, segmenter_factory, quota=KeyContextQuota(state, key_id), key_id=key_id
-    )
-    state.admission.open_session(key_id)
     state.metrics.sessions_total.inc()
     state.metrics.sessions_active.inc()
+    pipeline: SessionPipeline | None = None
     try:
+        config = SessionConfig(id=f"sess_{secrets.token_hex(12)}", model=state.model_name)
+        pipeline = SessionPipeline(
+            state, config, segmenter_factory, quota=KeyContextQuota(state, key_id), key_id=key_id
+        )
         await ws.accept(subprotocol=subprotocol)
         await pipeline.start()
         writer = asyncio.create_task(_write(ws, pipeline))
@@ -378,7 +385,8 @@ async def _serve_session(
         # Bookkeeping first: it must happen even if this task is being cancelled.
         state.admission.close_session(key_id)
         state.metrics.sessions_active.dec()
-        await pipeline.aclose()
+        if pipeline is not None:
+            await pipeline.aclose()
 
 
 async def _read(ws: WebSocket, pipeline: SessionPipeline) -> None:

@@ -80,6 +80,9 @@ class GatewaySettings(BaseModel):
     # each runs its own: /metrics then labels the engine's families per worker
     # too, instead of taking them once.
     workers_share_engine: bool = True
+    # The file in which the workers count sessions and contexts against the
+    # server's limits (gateway/shared_admission.py). Empty with one worker.
+    admission_file: str = ""
 
     @classmethod
     def from_env(cls, **overrides: object) -> GatewaySettings:

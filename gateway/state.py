@@ -10,6 +10,7 @@ from gateway.encode_pool import EncodePool
 from gateway.metrics import GatewayMetrics
 from gateway.protocol import ErrorDetail
 from gateway.settings import GatewaySettings
+from gateway.shared_admission import SharedAdmission
 from realtime_engine.engines.base import SpeechEngine, UnsupportedVoiceError, VoiceReference
 
 
@@ -104,6 +105,13 @@ class Admission:
             return "key"
         return None
 
+    def try_open_session(self, key_id: str) -> str | None:
+        """Open a session unless a limit refuses it; why it was refused, or None."""
+        refusal = self.session_refusal(key_id)
+        if refusal is None:
+            self.open_session(key_id)
+        return refusal
+
     def open_session(self, key_id: str) -> None:
         self.sessions += 1
         self.sessions_by_key[key_id] = self.sessions_by_key.get(key_id, 0) + 1
@@ -138,7 +146,8 @@ class GatewayState:
     metrics: GatewayMetrics
     auth: Authenticator
     voices: VoiceRegistry
-    admission: Admission
+    # This process's counters, or (serve --workers N) the server's, shared by the workers
+    admission: Admission | SharedAdmission
     ready: bool = False  # engine loaded and warmed
     engine_error: str | None = None  # why the engine failed to start, or died
     draining: bool = False  # shutting down: refuse new sessions with 1013
@@ -161,14 +170,25 @@ class GatewayState:
             metrics=metrics or GatewayMetrics(),
             auth=Authenticator(settings.api_keys, settings.token_secret),
             voices=voices or EngineVoices(engine),
-            admission=Admission(
-                max_sessions=settings.limits.max_sessions,
-                max_sessions_per_key=settings.max_sessions_per_key,
-                max_contexts_per_key=settings.max_contexts_per_key,
-            ),
+            admission=_admission(settings),
             encode_pool=EncodePool(settings.encode_threads),
         )
 
     @property
     def model_name(self) -> str:
         return self.settings.model_name or self.engine.model_id
+
+
+def _admission(settings: GatewaySettings) -> Admission | SharedAdmission:
+    if settings.admission_file:
+        return SharedAdmission(
+            settings.admission_file,
+            max_sessions=settings.limits.max_sessions,
+            max_sessions_per_key=settings.max_sessions_per_key,
+            max_contexts_per_key=settings.max_contexts_per_key,
+        )
+    return Admission(
+        max_sessions=settings.limits.max_sessions,
+        max_sessions_per_key=settings.max_sessions_per_key,
+        max_contexts_per_key=settings.max_contexts_per_key,
+    )

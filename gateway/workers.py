@@ -45,6 +45,7 @@ from typing import Any
 
 from gateway.device_trace import TRACE_SIGNAL
 from gateway.settings import GatewaySettings
+from gateway.shared_admission import admission_capacity, create_admission_file
 from gateway.voice_backends import shared_voice_dir_for_workers
 from realtime_engine.talker.backends import TalkerOptions, VllmOptions
 
@@ -57,6 +58,8 @@ log = logging.getLogger(__name__)
 DEFAULT_TALKER_HOST_WORKERS = 2
 # Pending connections the shared socket queues while every worker is busy.
 LISTEN_BACKLOG = 2048
+# In the run directory: the counters of the server's session limits.
+ADMISSION_FILE = "admission"
 _PR_SET_PDEATHSIG = 1
 
 
@@ -90,6 +93,7 @@ def worker_settings(
         "worker_sockets": tuple(
             os.path.join(run_dir, f"worker-{i}.sock") for i in range(settings.workers)
         ),
+        "admission_file": os.path.join(run_dir, ADMISSION_FILE),
     }
     if voice_dir:
         update["voice_dir"] = voice_dir
@@ -138,6 +142,10 @@ def _run(
     voice_dir, remove_voices = shared_voice_dir_for_workers(settings, parent=run_dir)
     host_endpoint = (
         f"ipc://{os.path.join(run_dir, 'talker')}" if uses_talker_host(kind, talker) else None
+    )
+    # The server's session limits, counted by every worker in one file.
+    create_admission_file(
+        os.path.join(run_dir, ADMISSION_FILE), admission_capacity(settings.limits.max_sessions)
     )
     context = multiprocessing.get_context("spawn")
     events, worker_end = context.Pipe(duplex=False)

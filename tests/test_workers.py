@@ -15,10 +15,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from gateway_support import open_session, speak_context
+from gateway_support import next_event, open_session, speak_context
 from server_process import ServerProcess, server_process
 from vllm_support.cpu_env import vllm_available
-from websockets.asyncio.client import ClientConnection
+from websockets.asyncio.client import ClientConnection, connect
 
 from gateway.cli import build_parser, main, settings_from_args
 from gateway.settings import GatewaySettings
@@ -73,6 +73,40 @@ async def test_every_session_on_two_workers_gets_its_speech() -> None:
             for _ in range(4):  # whichever worker answers is ready
                 ready = await http.get("/ready")
                 assert ready.status_code == 200, ready.text
+
+
+async def test_the_session_limit_is_the_servers_not_each_workers() -> None:
+    """``--max-sessions 2`` with two workers: two sessions in all, wherever the
+    kernel hands the connections; a freed place is free on every worker."""
+    async with server_process([*FAKE, "--max-sessions", "2"]) as server:
+        url = server.url.replace("http", "ws") + "/v1/realtime"
+        admitted: list[ClientConnection] = []
+        refused = []
+
+        async def attempt() -> None:
+            ws = await connect(url)
+            event = await next_event(ws)
+            if event["type"] == "session.created":
+                admitted.append(ws)
+            else:
+                refused.append(event["error"]["code"])
+                await ws.close()
+
+        try:
+            # at once, so that both workers take some (each alone would admit 2)
+            await asyncio.gather(*(attempt() for _ in range(8)))
+            assert len(admitted) == 2, server.output()
+            assert refused == ["session_limit"] * 6
+            await admitted.pop().close()
+            for _ in range(100):  # the worker counts the session closed once it has ended
+                ws = await connect(url)
+                if (await next_event(ws))["type"] == "session.created":
+                    admitted.append(ws)
+                    break
+                await ws.close()
+            assert len(admitted) == 2
+        finally:
+            await asyncio.gather(*(ws.close() for ws in admitted))
 
 
 async def test_sigterm_stops_every_worker_and_exits_cleanly() -> None:
@@ -220,3 +254,4 @@ def test_each_worker_gets_its_socket_among_all_and_whether_the_engine_is_shared(
     assert mine.worker_sockets == tuple(str(tmp_path / f"worker-{i}.sock") for i in range(3))
     assert mine.voice_dir == str(tmp_path / "voices")
     assert mine.workers_share_engine is shared
+    assert mine.admission_file == str(tmp_path / "admission")  # the server's session counters

@@ -153,12 +153,12 @@ def test_finished_preempted_and_reused_slots_give_whole_utterance_audio(
         step(audio, table, [("a", 0, i, a, False), ("b", 1, i, b, False)])
     # "a" is preempted: vLLM removes it, keeps nothing but what the state saved
     saved_rows = table[0].clone()
-    audio.remove("a")
+    assert audio.remove("a")  # unfinished: it may come back
     # "c" takes slot 0 while "b" runs to its end
     audio.open(args("c", endpoint, exact), 0, PROMPT)
     for i in range(20, len(b)):
         step(audio, table, [("b", 1, i, b, i == len(b) - 1), ("c", 0, i - 20, c, False)])
-    audio.remove("b")  # finished: its final chunk goes out now
+    assert not audio.remove("b")  # finished: its final chunk goes out now
     assert not audio.resume(args("b", endpoint, exact), 1)  # and nothing of it is kept
     for i in range(len(b) - 20, len(c)):
         step(audio, table, [("c", 0, i, c, i == len(c) - 1)])
@@ -286,6 +286,61 @@ def test_the_last_request_removed_sends_its_final_chunk_without_another_step(
     audio.remove("z")  # the engine is idle from here on
     inbox.wait_for(1)
     assert close_to_peak(inbox.audio("z"), offline(codec, rows))
+
+
+class GatedStep:
+    """A step's completion event that the test completes from its own thread and
+    that can be waited for, as ``torch.cuda.Event.synchronize`` does."""
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+
+    def complete(self) -> None:
+        self._done.set()
+
+    def query(self) -> bool:
+        return self._done.is_set()
+
+    def synchronize(self) -> None:
+        assert self._done.wait(timeout=10)
+
+
+def test_a_first_chunk_goes_out_when_its_row_lands_without_another_step(
+    codec: CodecDecoder, inbox: Inbox
+) -> None:
+    """The host of a small batch runs ahead of the device: when the row that
+    makes a first chunk due lands, the engine's thread is already elsewhere.
+    The watcher cuts the chunk then, with no later step or poll; the rest of
+    the audio is unchanged."""
+    events: list[GatedStep] = []
+
+    def gated() -> GatedStep:
+        events.append(GatedStep())
+        return events[-1]
+
+    table = torch.zeros(SLOTS, POSITIONS, 8, dtype=torch.int16)
+    audio = VllmAudio(codec, table, step_event=gated, watch_first_chunks=True)
+    # exact: its chunks equal the whole decode, so nothing done early may differ
+    rows = apply_delay(np.random.default_rng(11).integers(0, 1024, size=(30, 8)))
+    audio.open(args("w", inbox.receiver.endpoint, get_preset("exact")), 0, PROMPT)
+    stream = audio.codec.get("w")
+    assert stream is not None
+    due = stream.next_rows  # rows that make the first chunk due
+    for i in range(due):
+        step(audio, table, [("w", 0, i, rows, False)])
+    assert not inbox.events
+    for event in events:  # the device catches up; the engine's thread does nothing
+        event.complete()
+    with inbox._lock:
+        assert inbox._lock.wait_for(lambda: bool(inbox.events), timeout=10)
+    first = inbox.events[0]
+    assert isinstance(first, PcmEvent) and first.chunk.start_frame == 0
+    for i in range(due, len(rows)):
+        step(audio, table, [("w", 0, i, rows, i == len(rows) - 1)])
+        events[-1].complete()
+    audio.remove("w")
+    inbox.wait_for(1)
+    assert close_to_peak(inbox.audio("w"), offline(codec, rows))
 
 
 class FakeClock:

@@ -15,7 +15,13 @@ this happens inline. A device that stops (a wait for an event that never
 completes) ends the engine core process (:mod:`.device_watchdog`).
 
 The host learns a step's rows when its event has completed: at the start of
-the next step at best. Nothing here waits for the device.
+the next step at best. The engine's thread never waits for the device. While
+the batch is small, a step whose status makes a request's first chunk due is
+also handed to a watcher thread, which waits for its event and cuts the
+chunk at once: the host of a small batch is ahead of the device, so it would
+otherwise learn of the row a step or two later (about 2 ms at one stream on an
+H200, docs/bench/RESULTS.md section 19). Every entry point takes one lock, so
+the two threads never interleave their work on the codec's state.
 
 The steps are counted too (:class:`StepCounter`): about twice a second the
 counters go to the destinations of the requests in flight, so the serving
@@ -24,14 +30,16 @@ process can show the engine's step time and batch size.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -52,6 +60,11 @@ STATS_INTERVAL_S = 0.5
 # A step that follows the previous one by more than this came after an idle
 # gap: counted, but not timed.
 _IDLE_GAP_S = 0.25
+# Up to this many audio requests in a step, a status that makes a first chunk
+# due is watched (see the module's notes). A bigger batch keeps the engine's
+# thread busy: it polls the statuses soon enough itself, and a second thread
+# would only wait for the interpreter's lock.
+WATCH_MAX_BATCH = 8
 
 
 class StepCounter:
@@ -100,6 +113,14 @@ class _Status:
 
 
 @dataclass(frozen=True)
+class _Watch:
+    """A status for the watcher: its event, and the stream the step ran on."""
+
+    event: StepEvent
+    stream: torch.cuda.Stream | None
+
+
+@dataclass(frozen=True)
 class _Outgoing:
     """PCM (or a failure) ready to send once ``event`` completes."""
 
@@ -132,11 +153,13 @@ class VllmAudio:
         step_event: Callable[[], StepEvent] | None = None,
         watchdog: DeviceWatchdog | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        watch_first_chunks: bool | None = None,
     ) -> None:
         """``step_event``: on CPU, where a step is complete when the host has it,
         makes each step's status wait for an event of this factory instead (to
         drive the device's ordering without one). ``watchdog`` times the waits
-        on events (on CUDA, the process's by default)."""
+        on events (on CUDA, the process's by default). ``watch_first_chunks``:
+        run the watcher thread (default: on CUDA)."""
         self._step_event = step_event
         self.codec = SlotCodec(
             codec,
@@ -158,10 +181,16 @@ class VllmAudio:
         self._outgoing: queue.Queue[_Outgoing] = queue.Queue(maxsize=_QUEUE_BATCHES)
         self._watchdog = watchdog
         self.steps = StepCounter(clock)
+        # Held by every entry point: the engine's thread and the watcher's.
+        self._lock = threading.Lock()
+        self._watched: queue.SimpleQueue[_Watch] = queue.SimpleQueue()
+        self._watching = self._cuda if watch_first_chunks is None else watch_first_chunks
         if self._cuda:
             if self._watchdog is None:
                 self._watchdog = process_watchdog()
             threading.Thread(target=self._drain, name="talker-audio-sender", daemon=True).start()
+        if self._watching:
+            threading.Thread(target=self._watch, name="talker-first-chunks", daemon=True).start()
 
     def warm_up(self) -> None:
         """Capture the codec step (CUDA): called at vLLM's start-up profiling run,
@@ -174,23 +203,26 @@ class VllmAudio:
     def fence(self) -> None:
         """The talker is about to write into a slot (admission): order that after
         the codec's reads of the slot's previous request."""
-        self.codec.fence()
+        with self._lock:
+            self.codec.fence()
 
     def open(self, args: TalkerArgs, slot: int, prompt_len: int) -> None:
-        self._args[args.correlation_id] = args
-        self.codec.open(args.correlation_id, slot, prompt_len, args.chunking_params())
+        with self._lock:
+            self._args[args.correlation_id] = args
+            self.codec.open(args.correlation_id, slot, prompt_len, args.chunking_params())
 
     def resume(self, args: TalkerArgs, slot: int) -> bool:
         """A preempted request is back in ``slot`` (its rows restored there): go on
         where its audio stopped. False when its state is gone."""
-        stream = self._detached.pop(args.correlation_id, None)
-        if stream is None:
-            return False
-        self._args[args.correlation_id] = args
-        self.codec.attach(stream, slot)
-        return True
+        with self._lock:
+            stream = self._detached.pop(args.correlation_id, None)
+            if stream is None:
+                return False
+            self._args[args.correlation_id] = args
+            self.codec.attach(stream, slot)
+            return True
 
-    def remove(self, key: str) -> None:
+    def remove(self, key: str) -> bool:
         """vLLM let go of ``key``: send what its known rows allow, and keep its state
         in case it comes back (preemption; bounded, oldest dropped first).
 
@@ -198,15 +230,20 @@ class VllmAudio:
         already (vLLM learnt of the end from a token copied after it), so its
         final chunk goes out now, before the slot is reused. Statuses still on
         their way for an aborted or preempted request update the kept state.
+
+        True when the request may come back (its audio had not ended).
         """
-        self._settle()
-        self._decode_due()
-        stream = self.codec.detach(key)
-        self._args.pop(key, None)
-        if stream is not None:
+        with self._lock:
+            self._settle()
+            self._decode_due()
+            stream = self.codec.detach(key)
+            self._args.pop(key, None)
+            if stream is None:
+                return False
             self._detached[key] = stream
             while len(self._detached) > self._keep:
                 self._detached.popitem(last=False)
+            return True
 
     def fail(self, args: TalkerArgs, reason: str) -> None:
         failure = (args.correlation_id, reason)
@@ -218,26 +255,67 @@ class VllmAudio:
         """The sampler wrote this step's rows; ``packed`` ``[B, N + 3]`` (see
         :meth:`StepRows.packed`), ``keys`` the audio request of each batch row."""
         batch = len(keys) - keys.count(None)
-        if batch:
-            self._count_step(batch)
-            status = packed[:, NUM_CODEBOOKS:].contiguous()
-            if self._cuda:
-                host = torch.empty(status.shape, dtype=status.dtype, pin_memory=True)
-                host.copy_(status, non_blocking=True)
-                event = torch.cuda.Event()
-                event.record()
-                self._statuses.append(_Status(event, host, keys))
-            else:
-                late = self._step_event() if self._step_event is not None else None
-                self._statuses.append(_Status(late, status.clone(), keys))
-        self._settle()
-        self._decode_due()
+        with self._lock:
+            if batch:
+                self._count_step(batch)
+                status = packed[:, NUM_CODEBOOKS:].contiguous()
+                if self._cuda:
+                    host = torch.empty(status.shape, dtype=status.dtype, pin_memory=True)
+                    host.copy_(status, non_blocking=True)
+                    event = torch.cuda.Event()
+                    event.record()
+                    self._statuses.append(_Status(event, host, keys))
+                else:
+                    late = self._step_event() if self._step_event is not None else None
+                    self._statuses.append(_Status(late, status.clone(), keys))
+                if self._watching and batch <= WATCH_MAX_BATCH:
+                    self._watch_if_first_chunk(self._statuses[-1])
+            self._settle()
+            self._decode_due()
 
     def poll(self) -> None:
         """Decode what the statuses on the host so far allow (never waits)."""
-        if self._statuses:
-            self._settle()
-            self._decode_due()
+        with self._lock:
+            if self._statuses:
+                self._settle()
+                self._decode_due()
+
+    # -- the watcher ------------------------------------------------------------------
+
+    def _watch_if_first_chunk(self, status: _Status) -> None:
+        """Hand ``status`` to the watcher when it may make a request's first chunk
+        due: the request has no chunk yet and the rows of every status not yet
+        applied (this one's included) would reach the chunk's row."""
+        if status.event is None:
+            return
+        pending = len(self._statuses)
+        for key in status.keys:
+            stream = self.codec.get(key) if key is not None else None
+            if stream is None or stream.emitted > 0 or stream.ended:
+                continue
+            if stream.rows + pending >= stream.next_rows:
+                engine_stream = torch.cuda.current_stream(self.device) if self._cuda else None
+                self._watched.put(_Watch(status.event, engine_stream))
+                return
+
+    def _watch(self) -> None:
+        if self._cuda:
+            torch.cuda.set_device(self.device)  # a new thread starts on device 0
+        while True:
+            watch = self._watched.get()
+            try:
+                self._wait(watch.event, "a step's status")
+                # the engine's thread may have applied it meanwhile: then this is cheap
+                with self._lock, self._on_engine_stream(watch.stream):
+                    self._settle()
+                    self._decode_due()
+            except Exception:
+                logger.exception("cutting a first chunk early failed")
+
+    def _on_engine_stream(self, stream: torch.cuda.Stream | None) -> AbstractContextManager[Any]:
+        """Device work enqueued from the watcher goes where the engine's thread
+        would have put it: on the stream that was current at its step."""
+        return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
 
     def _settle(self) -> None:
         """Apply the statuses that reached the host, oldest first (never waits: the

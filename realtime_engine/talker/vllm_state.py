@@ -171,12 +171,15 @@ class HiggsModelState(DefaultModelState):
         if args is not None:
             # Finished and preempted look alike here: send what the known rows allow
             # (all of a finished request's audio), and keep the audio history in case
-            # the request comes back (bounded; the oldest entries go first).
+            # the request comes back (bounded; the oldest entries go first). A request
+            # whose audio ended cannot come back: nothing of it is kept.
+            may_return = True
             if args.chunking is not None and self.audio is not None:
-                self.audio.remove(args.correlation_id)
-            self._saved[req_id] = SavedSlot.take(self.slots, slot)
-            while len(self._saved) > 2 * self.max_num_reqs:
-                self._saved.popitem(last=False)
+                may_return = self.audio.remove(args.correlation_id)
+            if may_return:
+                self._saved[req_id] = SavedSlot.take(self.slots, slot)
+                while len(self._saved) > 2 * self.max_num_reqs:
+                    self._saved.popitem(last=False)
         self.slots.release(slot)
 
     # -- per-step inputs -----------------------------------------------------

@@ -39,8 +39,11 @@ DEFAULT_CODEC_PRECISION: Final = "tf32"
 # state gathers and scatters fused); one CUDA graph per bucket whichever.
 # eager by default: compiled is faster alone and at one stream, not served under
 # load (docs/bench/RESULTS.md, sections 10 and 19).
-CODEC_KERNELS: Final = ("eager", "snake", "compiled")
+# ``mixed``: compiled up to MIXED_COMPILED_MAX_BATCH slots, eager above (the
+# compiled step's gain at one stream without its cost under load).
+CODEC_KERNELS: Final = ("eager", "snake", "compiled", "mixed")
 DEFAULT_CODEC_KERNELS: Final = "eager"
+MIXED_COMPILED_MAX_BATCH: Final = 16
 
 # The CUDA priority of the codec's streams, against the talker's forward pass
 # on the default priority: "high" lets a chunk's codec work take the SMs as

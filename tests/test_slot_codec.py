@@ -393,6 +393,42 @@ def test_the_compiled_step_gives_the_eager_streams_arithmetic(codec: CodecDecode
     assert counters["stats"]["unique_graphs"] - traced == 1
 
 
+def test_mixed_kernels_compile_small_batches_only_and_keep_the_arithmetic(
+    codec: CodecDecoder,
+) -> None:
+    """``kernels="mixed"``: batch buckets up to ``compiled_max_batch`` run the
+    compiled step, bigger ones the eager step; the rings fill as the eager
+    step's do, whichever ran."""
+    eager = CodecSlots(codec, SLOTS)
+    mixed = CodecSlots(codec, SLOTS, kernels="mixed", compiled_max_batch=2)
+    compiled_sizes: list[int] = []
+    compiled = mixed._compiled
+
+    def counting(slots: torch.Tensor, codes: torch.Tensor) -> None:
+        compiled_sizes.append(slots.shape[0])
+        compiled(slots, codes)
+
+    mixed._compiled = counting
+    table = torch.from_numpy(
+        np.stack([talker_rows(POSITIONS - 7, seed) for seed in range(SLOTS)])
+    ).to(torch.int16)
+    mixed.warm_up()
+    fed = [0] * SLOTS
+    # past the receptive field (10 frames): samples get committed to the rings
+    pattern = ([0, 1, 2, 3], [1], [2, 3], [0, 2, 3], [0, 1], [3])
+    for batch in pattern * 6:
+        for slots in (eager, mixed):
+            slots.step(batch, [fed[s] for s in batch], table)
+        for s in batch:
+            fed[s] += 1
+    # batches of 1 and 2 (1 padded to 2), and the warm-up's trace
+    assert compiled_sizes == [2] * (1 + 6 * 4)
+    rings = eager.ring[:SLOTS]  # not the trash slot, which padded batches write
+    scale = float(rings.abs().max())
+    assert scale > 0
+    assert float((mixed.ring[:SLOTS] - rings).abs().max()) <= 1e-5 * scale
+
+
 @pytest.mark.parametrize("size", [1, 4])
 @pytest.mark.parametrize("samples", [9458, 9458 - 2 * 960])
 def test_the_tails_are_capturable_too(size: int, samples: int) -> None:

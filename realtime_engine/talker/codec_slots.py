@@ -51,8 +51,10 @@ from realtime_engine.format import (
     DEFAULT_CODEC_STREAM_PRIORITY,
     MAX_CHUNK_FRAMES,
     MAX_HOLDBACK_FRAMES,
+    MIXED_COMPILED_MAX_BATCH,
     PRESETS,
 )
+from realtime_engine.talker.host_staging import HostToDevice
 from realtime_engine.talker.vllm_sampler_graphs import bucket_sizes
 
 logger = logging.getLogger("vllm.plugins.higgs_talker.codec")
@@ -94,9 +96,12 @@ class CodecSlots:
         ring_frames: int = RING_FRAMES,
         bucket_tails: bool | None = None,
         stream_priority: str = DEFAULT_CODEC_STREAM_PRIORITY,
+        compiled_max_batch: int = MIXED_COMPILED_MAX_BATCH,
     ) -> None:
         """``bucket_tails``: run tails padded to the step's batch buckets, from
         static buffers (default: where the step is captured, so they are too).
+        ``compiled_max_batch``: with ``kernels="mixed"``, the largest batch
+        bucket that runs the compiled step.
         ``stream_priority``: the codec's and the gathers' CUDA stream priority
         (:data:`CODEC_STREAM_PRIORITIES`)."""
         if kernels not in CODEC_KERNELS:
@@ -127,7 +132,13 @@ class CodecSlots:
         )
         self._gathered: torch.cuda.Event | None = None  # the last gather, on its stream
         self._sizes = bucket_sizes(slots)
-        if kernels == "compiled" and slots > 1:
+        self._to_device = HostToDevice(self.device)
+        # the largest bucket that runs the compiled step (0: none)
+        self._compiled_up_to = {
+            "compiled": self._sizes[-1],
+            "mixed": compiled_max_batch,
+        }.get(kernels, 0)
+        if self._compiled_up_to and slots > 1:
             # a batch of 1 runs padded to 2: one dynamic trace serves every batch
             # (torch.compile always specialises a size of 1), half the compile time
             self._sizes = [s for s in self._sizes if s > 1]
@@ -151,9 +162,9 @@ class CodecSlots:
         self._tail_graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         # The whole step through torch.compile: traced once, for a dynamic batch,
         # before any graph is captured.
-        self._advance_fn: Callable[[torch.Tensor, torch.Tensor], None] = self._advance
-        if kernels == "compiled":
-            self._advance_fn = torch.compile(self._advance, fullgraph=True, dynamic=None)
+        self._compiled: Callable[[torch.Tensor, torch.Tensor], None] = self._advance
+        if self._compiled_up_to:
+            self._compiled = torch.compile(self._advance, fullgraph=True, dynamic=None)
 
     @contextlib.contextmanager
     def on_codec_stream(self) -> Iterator[None]:
@@ -169,13 +180,13 @@ class CodecSlots:
     def warm_up(self) -> None:
         """Capture the step graphs (CUDA, when wanted) or run each bucket once: called
         at the engine's start-up profiling run, so the memory is accounted for."""
-        if self.kernels == "compiled":
+        if self._compiled_up_to:
             # eager once first: the layers build their masks and 1/alpha caches then,
             # so the traced step only reads them
             with torch.inference_mode(), self.stream_codec.codec.compute_context():
                 self._advance(self._slot_in[:1], self._codes_in[:1])
         if not self._cuda:
-            if self.kernels == "compiled":  # trace now
+            if self._compiled_up_to:  # trace now
                 self._run(self._sizes[0])
             return
         side = torch.cuda.Stream(self.device)
@@ -267,7 +278,7 @@ class CodecSlots:
         b = len(slots)
         if b == 0:
             return
-        padded = self._graphs or self.kernels == "compiled"
+        padded = self._graphs or self._compiled_up_to > 0
         size = next(s for s in self._sizes if s >= b) if padded else b
         codes, index = self._gather_on_side(table, slots, rows, rows_written)
         with self.on_codec_stream():
@@ -313,12 +324,14 @@ class CodecSlots:
 
     def _run(self, size: int) -> None:
         slots, codes = self._slot_in[:size], self._codes_in[:size]
-        if size > 1 and self.kernels == "compiled":
-            # one trace serves every batch size above 1
-            torch._dynamo.mark_dynamic(slots, 0)
-            torch._dynamo.mark_dynamic(codes, 0)
+        advance: Callable[[torch.Tensor, torch.Tensor], None] = self._advance
+        if size <= self._compiled_up_to:
+            advance = self._compiled
+            if size > 1:  # one trace serves every batch size above 1
+                torch._dynamo.mark_dynamic(slots, 0)
+                torch._dynamo.mark_dynamic(codes, 0)
         with torch.inference_mode(), self.stream_codec.codec.compute_context():
-            self._advance_fn(slots, codes)
+            advance(slots, codes)
 
     def _advance(self, slots: torch.Tensor, codes: torch.Tensor) -> None:
         """One frame into each of ``slots``, its committed samples into the ring.
@@ -390,10 +403,7 @@ class CodecSlots:
 
     def _host_index(self, values: Sequence[object] | np.ndarray) -> torch.Tensor:
         """Integers from the host on the device, through pinned memory without a wait."""
-        host = torch.from_numpy(np.asarray(values, dtype=np.int64))
-        if self._cuda:
-            host = host.pin_memory()
-        return host.to(self.device, non_blocking=True)
+        return self._to_device.send(values)
 
     def _gather_frame(
         self, table: torch.Tensor, slots: Sequence[int], rows: Sequence[int]

@@ -22,7 +22,6 @@ from realtime_engine.format import (
     CODEC_PRECISIONS,
     DEFAULT_CODEC_KERNELS,
     DEFAULT_CODEC_PRECISION,
-    MIXED_COMPILED_MAX_BATCH,
 )
 from realtime_engine.talker.backends import (
     TALKER_BACKENDS,
@@ -94,10 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--codec-kernels",
         choices=CODEC_KERNELS,
         default=DEFAULT_CODEC_KERNELS,
-        help="how the codec step runs on CUDA: eager PyTorch operators, snake (each activation "
-        "one Triton kernel), compiled (the whole step through torch.compile) or mixed "
-        f"(compiled up to {MIXED_COMPILED_MAX_BATCH} streams a step, eager above); one CUDA "
-        f"graph per batch bucket either way (default {DEFAULT_CODEC_KERNELS})",
+        help="how the codec step runs: eager PyTorch operators, snake (each activation one "
+        "Triton kernel, CUDA), compiled (the whole step through torch.compile, which adds "
+        "about a minute to a cold start) or auto (compiled on CUDA, eager on the CPU); one "
+        f"CUDA graph per batch bucket either way (default {DEFAULT_CODEC_KERNELS})",
     )
     serve.add_argument(
         "--codec-batch",

@@ -33,17 +33,25 @@ DELAY_ROWS: Final = NUM_CODEBOOKS - 1
 CODEC_PRECISIONS: Final = ("fp32", "tf32", "bf16")
 DEFAULT_CODEC_PRECISION: Final = "tf32"
 
-# How the served codec step runs on CUDA: ``eager`` (PyTorch operators, one
-# CUDA graph per batch bucket), ``snake`` (each activation one Triton kernel)
-# or ``compiled`` (the whole step through torch.compile: elementwise passes,
-# state gathers and scatters fused); one CUDA graph per bucket whichever.
-# eager by default: compiled is faster alone and at one stream, not served under
-# load (docs/bench/RESULTS.md, sections 10 and 19).
-# ``mixed``: compiled up to MIXED_COMPILED_MAX_BATCH slots, eager above (the
-# compiled step's gain at one stream without its cost under load).
-CODEC_KERNELS: Final = ("eager", "snake", "compiled", "mixed")
-DEFAULT_CODEC_KERNELS: Final = "eager"
-MIXED_COMPILED_MAX_BATCH: Final = 16
+# How the served codec step runs: ``eager`` (PyTorch operators, one CUDA graph
+# per batch bucket), ``snake`` (each activation one Triton kernel, CUDA),
+# ``compiled`` (the whole step through torch.compile: elementwise passes,
+# state gathers and scatters fused; one CUDA graph per bucket whichever) or
+# ``auto``, the default: compiled on CUDA, eager on the CPU (where compiling
+# costs more than it saves). On an H200 the compiled step served more audio at
+# 64-256 streams and sooner first chunks (docs/bench/RESULTS.md, section 20).
+CODEC_KERNELS: Final = ("auto", "eager", "snake", "compiled")
+DEFAULT_CODEC_KERNELS: Final = "auto"
+
+
+def resolve_codec_kernels(kernels: str, *, cuda: bool) -> str:
+    """What ``auto`` means on this device; other choices as they are."""
+    if kernels not in CODEC_KERNELS:
+        raise ValueError(f"codec kernels must be one of {CODEC_KERNELS}; got {kernels!r}")
+    if kernels != "auto":
+        return kernels
+    return "compiled" if cuda else "eager"
+
 
 # The CUDA priority of the codec's streams, against the talker's forward pass
 # on the default priority: "high" lets a chunk's codec work take the SMs as

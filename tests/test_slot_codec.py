@@ -25,7 +25,7 @@ from realtime_engine.codec.layout import CodecDims
 from realtime_engine.codec.presets import PRESETS, get_preset
 from realtime_engine.codec.streaming import StreamingDecoder
 from realtime_engine.engines.base import ChunkingParams
-from realtime_engine.format import CODEBOOK_SIZE
+from realtime_engine.format import CODEBOOK_SIZE, DEFAULT_CODEC_KERNELS, resolve_codec_kernels
 from realtime_engine.talker.codec_slots import CodecSlots, tail_lengths
 from realtime_engine.talker.slot_codec import LISTENER_LOW_WATER_S, ChunkPlan, SlotCodec
 
@@ -393,40 +393,14 @@ def test_the_compiled_step_gives_the_eager_streams_arithmetic(codec: CodecDecode
     assert counters["stats"]["unique_graphs"] - traced == 1
 
 
-def test_mixed_kernels_compile_small_batches_only_and_keep_the_arithmetic(
+def test_the_default_kernels_are_compiled_on_cuda_and_eager_on_the_cpu(
     codec: CodecDecoder,
 ) -> None:
-    """``kernels="mixed"``: batch buckets up to ``compiled_max_batch`` run the
-    compiled step, bigger ones the eager step; the rings fill as the eager
-    step's do, whichever ran."""
-    eager = CodecSlots(codec, SLOTS)
-    mixed = CodecSlots(codec, SLOTS, kernels="mixed", compiled_max_batch=2)
-    compiled_sizes: list[int] = []
-    compiled = mixed._compiled
-
-    def counting(slots: torch.Tensor, codes: torch.Tensor) -> None:
-        compiled_sizes.append(slots.shape[0])
-        compiled(slots, codes)
-
-    mixed._compiled = counting
-    table = torch.from_numpy(
-        np.stack([talker_rows(POSITIONS - 7, seed) for seed in range(SLOTS)])
-    ).to(torch.int16)
-    mixed.warm_up()
-    fed = [0] * SLOTS
-    # past the receptive field (10 frames): samples get committed to the rings
-    pattern = ([0, 1, 2, 3], [1], [2, 3], [0, 2, 3], [0, 1], [3])
-    for batch in pattern * 6:
-        for slots in (eager, mixed):
-            slots.step(batch, [fed[s] for s in batch], table)
-        for s in batch:
-            fed[s] += 1
-    # batches of 1 and 2 (1 padded to 2), and the warm-up's trace
-    assert compiled_sizes == [2] * (1 + 6 * 4)
-    rings = eager.ring[:SLOTS]  # not the trash slot, which padded batches write
-    scale = float(rings.abs().max())
-    assert scale > 0
-    assert float((mixed.ring[:SLOTS] - rings).abs().max()) <= 1e-5 * scale
+    assert resolve_codec_kernels(DEFAULT_CODEC_KERNELS, cuda=True) == "compiled"
+    assert CodecSlots(codec, 2).kernels == "eager"  # this CPU, the default
+    assert resolve_codec_kernels("snake", cuda=False) == "snake"  # a choice stays
+    with pytest.raises(ValueError, match="codec kernels must be one of"):
+        CodecSlots(codec, 2, kernels="fast")
 
 
 @pytest.mark.parametrize("size", [1, 4])

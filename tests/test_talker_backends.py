@@ -100,6 +100,7 @@ def test_codec_options_in_the_talker_options_win_over_the_flags() -> None:
     """A codec option with no flag of its own (the codec streams' CUDA priority)
     reaches the engine core through the talker options' additional_config, and
     one given there overrides the flag's value; the rest keep the flags'."""
+    from realtime_engine.format import DEFAULT_CODEC_KERNELS
     from realtime_engine.talker.vllm_engine_config import talker_engine_args
     from realtime_engine.talker.vllm_protocol import CODEC_CONFIG_KEY
 
@@ -118,7 +119,7 @@ def test_codec_options_in_the_talker_options_win_over_the_flags() -> None:
     assert args["additional_config"][CODEC_CONFIG_KEY] == {
         "precision": "tf32",
         "max_batch": 32,
-        "kernels": "eager",
+        "kernels": DEFAULT_CODEC_KERNELS,
         "stream_priority": "normal",
     }
     with pytest.raises(ValueError, match="must be an object"):

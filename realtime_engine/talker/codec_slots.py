@@ -45,16 +45,14 @@ from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.stream_core import StreamingCodec
 from realtime_engine.format import (
     CODEBOOK_SIZE,
-    CODEC_KERNELS,
     CODEC_STREAM_PRIORITIES,
     DEFAULT_CODEC_KERNELS,
     DEFAULT_CODEC_STREAM_PRIORITY,
     MAX_CHUNK_FRAMES,
     MAX_HOLDBACK_FRAMES,
-    MIXED_COMPILED_MAX_BATCH,
     PRESETS,
+    resolve_codec_kernels,
 )
-from realtime_engine.talker.host_staging import HostToDevice
 from realtime_engine.talker.vllm_sampler_graphs import bucket_sizes
 
 logger = logging.getLogger("vllm.plugins.higgs_talker.codec")
@@ -96,23 +94,19 @@ class CodecSlots:
         ring_frames: int = RING_FRAMES,
         bucket_tails: bool | None = None,
         stream_priority: str = DEFAULT_CODEC_STREAM_PRIORITY,
-        compiled_max_batch: int = MIXED_COMPILED_MAX_BATCH,
     ) -> None:
         """``bucket_tails``: run tails padded to the step's batch buckets, from
         static buffers (default: where the step is captured, so they are too).
-        ``compiled_max_batch``: with ``kernels="mixed"``, the largest batch
-        bucket that runs the compiled step.
         ``stream_priority``: the codec's and the gathers' CUDA stream priority
         (:data:`CODEC_STREAM_PRIORITIES`)."""
-        if kernels not in CODEC_KERNELS:
-            raise ValueError(f"codec kernels must be one of {CODEC_KERNELS}; got {kernels!r}")
         if stream_priority not in CODEC_STREAM_PRIORITIES:
             raise ValueError(
                 f"codec stream priority must be one of {CODEC_STREAM_PRIORITIES};"
                 f" got {stream_priority!r}"
             )
-        self.kernels = kernels
         self._cuda = codec.device.type == "cuda"
+        kernels = resolve_codec_kernels(kernels, cuda=self._cuda)
+        self.kernels = kernels
         # the activation kernel is Triton's: CUDA only
         fused = kernels == "snake" and self._cuda
         self.stream_codec = StreamingCodec(codec, max_slots=slots + 1, fused=fused)
@@ -132,13 +126,7 @@ class CodecSlots:
         )
         self._gathered: torch.cuda.Event | None = None  # the last gather, on its stream
         self._sizes = bucket_sizes(slots)
-        self._to_device = HostToDevice(self.device)
-        # the largest bucket that runs the compiled step (0: none)
-        self._compiled_up_to = {
-            "compiled": self._sizes[-1],
-            "mixed": compiled_max_batch,
-        }.get(kernels, 0)
-        if self._compiled_up_to and slots > 1:
+        if kernels == "compiled" and slots > 1:
             # a batch of 1 runs padded to 2: one dynamic trace serves every batch
             # (torch.compile always specialises a size of 1), half the compile time
             self._sizes = [s for s in self._sizes if s > 1]
@@ -162,9 +150,9 @@ class CodecSlots:
         self._tail_graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         # The whole step through torch.compile: traced once, for a dynamic batch,
         # before any graph is captured.
-        self._compiled: Callable[[torch.Tensor, torch.Tensor], None] = self._advance
-        if self._compiled_up_to:
-            self._compiled = torch.compile(self._advance, fullgraph=True, dynamic=None)
+        self._advance_fn: Callable[[torch.Tensor, torch.Tensor], None] = self._advance
+        if kernels == "compiled":
+            self._advance_fn = torch.compile(self._advance, fullgraph=True, dynamic=None)
 
     @contextlib.contextmanager
     def on_codec_stream(self) -> Iterator[None]:
@@ -180,13 +168,13 @@ class CodecSlots:
     def warm_up(self) -> None:
         """Capture the step graphs (CUDA, when wanted) or run each bucket once: called
         at the engine's start-up profiling run, so the memory is accounted for."""
-        if self._compiled_up_to:
+        if self.kernels == "compiled":
             # eager once first: the layers build their masks and 1/alpha caches then,
             # so the traced step only reads them
             with torch.inference_mode(), self.stream_codec.codec.compute_context():
                 self._advance(self._slot_in[:1], self._codes_in[:1])
         if not self._cuda:
-            if self._compiled_up_to:  # trace now
+            if self.kernels == "compiled":  # trace now
                 self._run(self._sizes[0])
             return
         side = torch.cuda.Stream(self.device)
@@ -278,7 +266,7 @@ class CodecSlots:
         b = len(slots)
         if b == 0:
             return
-        padded = self._graphs or self._compiled_up_to > 0
+        padded = self._graphs or self.kernels == "compiled"
         size = next(s for s in self._sizes if s >= b) if padded else b
         codes, index = self._gather_on_side(table, slots, rows, rows_written)
         with self.on_codec_stream():
@@ -324,14 +312,12 @@ class CodecSlots:
 
     def _run(self, size: int) -> None:
         slots, codes = self._slot_in[:size], self._codes_in[:size]
-        advance: Callable[[torch.Tensor, torch.Tensor], None] = self._advance
-        if size <= self._compiled_up_to:
-            advance = self._compiled
-            if size > 1:  # one trace serves every batch size above 1
-                torch._dynamo.mark_dynamic(slots, 0)
-                torch._dynamo.mark_dynamic(codes, 0)
+        if size > 1 and self.kernels == "compiled":
+            # one trace serves every batch size above 1
+            torch._dynamo.mark_dynamic(slots, 0)
+            torch._dynamo.mark_dynamic(codes, 0)
         with torch.inference_mode(), self.stream_codec.codec.compute_context():
-            advance(slots, codes)
+            self._advance_fn(slots, codes)
 
     def _advance(self, slots: torch.Tensor, codes: torch.Tensor) -> None:
         """One frame into each of ``slots``, its committed samples into the ring.
@@ -403,7 +389,10 @@ class CodecSlots:
 
     def _host_index(self, values: Sequence[object] | np.ndarray) -> torch.Tensor:
         """Integers from the host on the device, through pinned memory without a wait."""
-        return self._to_device.send(values)
+        host = torch.from_numpy(np.asarray(values, dtype=np.int64))
+        if self._cuda:
+            host = host.pin_memory()
+        return host.to(self.device, non_blocking=True)
 
     def _gather_frame(
         self, table: torch.Tensor, slots: Sequence[int], rows: Sequence[int]

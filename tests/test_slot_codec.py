@@ -491,6 +491,44 @@ def test_speculative_edges_from_tail_buckets_equal_the_eager_ones(
         assert peak_error(bucketed_pcm, eager_pcm) <= 1e-5
 
 
+def test_compiled_tails_give_the_eager_edges_one_trace_per_length(codec: CodecDecoder) -> None:
+    """``kernels="compiled"`` runs each bucketed tail length through torch.compile
+    as well (the presets' speculative edges and every stream's whole tail): the
+    chunks are the eager tails' within float32 rounding (`exact`'s still the
+    whole decode), from one trace per length whatever the bucket (a batch of 1 padded
+    to 2)."""
+    from torch._dynamo.utils import counters
+
+    presets = ["latency", "balanced", "exact"]
+    rows = [talker_rows(n, seed) for seed, n in enumerate([30, 23, 17])]
+    audio: dict[str, list[np.ndarray]] = {}
+    traced: dict[str, int] = {}
+    for kernels in ("eager", "compiled"):
+        h = Harness(codec)
+        slots = CodecSlots(codec, SLOTS, bucket_tails=True, kernels=kernels)
+        h.codec.device_codec = slots
+        h.codec.warm_up()  # as the engine does: the step is traced here
+        before = counters["stats"]["unique_graphs"]
+        for i, (slot, preset) in enumerate(zip([2, 0, 3], presets, strict=True)):
+            h.open(f"r{i}", slot, 3 * i, get_preset(preset))
+        run(h, rows, [1, 2, 1, 3])
+        audio[kernels] = [h.audio(f"r{i}") for i in range(len(rows))]
+        traced[kernels] = counters["stats"]["unique_graphs"] - before
+        # a lone stream's tails: the bucket of 2, no new trace
+        lone = talker_rows(9, 7)
+        h.open("lone", 1, 0, get_preset("exact"))
+        h.write("lone", lone, 0, len(lone), True)
+        h.step()
+        assert peak_error(h.audio("lone"), offline(codec, lone)) <= 1e-5
+        assert counters["stats"]["unique_graphs"] - before == traced[kernels]
+    assert traced["eager"] == 0
+    assert traced["compiled"] == len(tail_lengths(9458, 960))  # each length, every bucket
+    for eager_pcm, compiled_pcm in zip(audio["eager"], audio["compiled"], strict=True):
+        assert peak_error(compiled_pcm, eager_pcm) <= 1e-5
+    # `exact` never speculates: its audio is the whole decode
+    assert peak_error(audio["compiled"][2], offline(codec, rows[2])) <= 1e-5
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     picks=st.lists(

@@ -166,10 +166,14 @@ class StreamingCodec:
         [B, delay], or only their first ``samples`` (cheaper: a chunk with
         ``h`` frames of holdback needs ``delay - 960 h``); the state is
         unchanged."""
-        index = self._index(slots)
-        state = self._views(self.flat.index_select(0, index))
         with self.codec.compute_context():
-            return self.layers.tail(state, self.frames_fed.index_select(0, index), samples)
+            return self.tail_slots(self._index(slots), samples)
+
+    def tail_slots(self, index: torch.Tensor, samples: int | None = None) -> torch.Tensor:
+        """:meth:`peek`'s body for a device slot index, in the caller's grad mode
+        and precision context (traceable whole, as :meth:`advance_slots`)."""
+        state = self._views(self.flat.index_select(0, index))
+        return self.layers.tail(state, self.frames_fed.index_select(0, index), samples)
 
     def flush(self, slots: Slots) -> torch.Tensor:
         """End the streams: their last :attr:`delay` samples [B, delay]; the

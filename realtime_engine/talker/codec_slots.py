@@ -151,8 +151,15 @@ class CodecSlots:
         # The whole step through torch.compile: traced once, for a dynamic batch,
         # before any graph is captured.
         self._advance_fn: Callable[[torch.Tensor, torch.Tensor], None] = self._advance
+        # Each bucketed tail length through torch.compile too: one trace per length,
+        # for a dynamic batch (a tail is the step's layers once more, final).
+        self._tail_fns: dict[int, Callable[[torch.Tensor], torch.Tensor]] = {}
         if kernels == "compiled":
             self._advance_fn = torch.compile(self._advance, fullgraph=True, dynamic=None)
+            self._tail_fns = {
+                samples: torch.compile(self._tail_of(samples), fullgraph=True, dynamic=None)
+                for samples in self._tail_lengths
+            }
 
     @contextlib.contextmanager
     def on_codec_stream(self) -> Iterator[None]:
@@ -351,10 +358,12 @@ class CodecSlots:
         peek = max(e - c for e, c in zip(ends, committed, strict=True))
         meta = self._host_index([list(slots), list(starts), committed])
         index, start, commit = meta[0], meta[1], meta[2]
+        # the edge first: its kernels are most of a chunk's device time
+        edge = self._peek(index, peek) if peek > 0 else None  # [n, peek] from ``commit``
         sample = start[:, None] + torch.arange(max(length, 0), device=self.device)
         out = self.ring[index[:, None], sample % self.ring_len]
-        if peek > 0:
-            edge = self._peek(index, peek).to(out.dtype)  # [n, peek] from ``commit``
+        if edge is not None:
+            edge = edge.to(out.dtype)
             at = (sample - commit[:, None]).clamp(0, peek - 1)
             out = torch.where(sample < commit[:, None], out, torch.gather(edge, 1, at))
         assert out.shape[0] == n
@@ -383,7 +392,24 @@ class CodecSlots:
         return self._tail_out[size, samples][:n]
 
     def _run_tail(self, size: int, samples: int) -> None:
-        self._tail_out[size, samples] = self.stream_codec.peek(self._tail_in[:size], samples)
+        index = self._tail_in[:size]
+        compiled = self._tail_fns.get(samples)
+        if compiled is None:
+            self._tail_out[size, samples] = self.stream_codec.peek(index, samples)
+            return
+        if size > 1:
+            torch._dynamo.mark_dynamic(index, 0)
+        # A length is a constant of its trace: without this, a second length would
+        # retrace the first's code with the length symbolic.
+        static_ints = torch._dynamo.config.patch(automatic_dynamic_shapes=False)
+        with torch.inference_mode(), self.stream_codec.codec.compute_context(), static_ints:
+            self._tail_out[size, samples] = compiled(index)
+
+    def _tail_of(self, samples: int) -> Callable[[torch.Tensor], torch.Tensor]:
+        def tail(index: torch.Tensor) -> torch.Tensor:
+            return self.stream_codec.tail_slots(index, samples)
+
+        return tail
 
     # -- helpers ---------------------------------------------------------------------
 

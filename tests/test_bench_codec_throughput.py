@@ -88,3 +88,22 @@ def test_the_codec_soak_catches_audio_that_is_not_the_whole_decode(
     argv += ["--min-frames", "3", "--max-frames", "6", "--verify", "4", "--tolerance", "1e-3"]
     assert codec_soak.main([*argv, "--out", str(tmp_path)]) == 4
     assert "of the peak off its whole decode" in (tmp_path / "codec_soak.json").read_text()
+
+
+def test_the_tails_bench_times_each_edge_both_ways_and_compares_them(tmp_path: Path) -> None:
+    from bench.gpu.codec_tails import main as tails
+
+    assert (
+        tails(["--tiny", "--slots", "2", "--frames", "12", "--reps", "1", "--out", str(tmp_path)])
+        == 0
+    )
+    lines = (tmp_path / "codec_tails.txt").read_text().splitlines()
+    assert [line.split(":")[0] for line in lines if "warm-up" in line] == ["compiled", "eager"]
+    timed = [line for line in lines if ": tails at batch " in line]
+    assert any(line.startswith("compiled: tails at batch 2: 5618: ") for line in timed)
+    assert any(line.startswith("eager: tails at batch 1: 5618: ") for line in timed)
+    agreement = [line for line in lines if "compiled against eager" in line]
+    assert len(agreement) == 3
+    for line in agreement:
+        error = float(line.split("max error ")[1].split()[0])
+        assert error <= 1e-5

@@ -23,8 +23,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from realtime_engine.codec.decoder import CodecDecoder
-from realtime_engine.codec.layout import CodecDims
+from bench.gpu.random_codec import random_codec
 from realtime_engine.format import CODEC_KERNELS
 from realtime_engine.talker.codec_slots import CodecSlots
 
@@ -38,11 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args(argv)
-    cuda = torch.cuda.is_available() and not args.tiny
-    device = torch.device("cuda" if cuda else "cpu")
-    dims = CodecDims.tiny() if args.tiny else CodecDims.higgs_v3()
-    codec = CodecDecoder(dims).to(device).eval()
-    codec.set_precision(args.precision)
+    codec = random_codec(args.precision, args.tiny)
+    device, dims = codec.device, codec.dims
+    cuda = device.type == "cuda"
     slots = CodecSlots(codec, args.batch, kernels=args.kernels)
     slots.warm_up()  # compiles (compiled kernels); no graphs: every kernel shows
     table = torch.randint(0, dims.codebook_size, (args.batch, 8, 8), device=device)

@@ -26,8 +26,7 @@ from typing import TextIO
 
 import torch
 
-from realtime_engine.codec.decoder import CodecDecoder
-from realtime_engine.codec.layout import CodecDims
+from bench.gpu.random_codec import random_codec
 from realtime_engine.talker.codec_slots import CodecSlots, tail_lengths
 
 
@@ -58,12 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args(argv)
-    cuda = torch.cuda.is_available() and not args.tiny
-    device = torch.device("cuda" if cuda else "cpu")
-    dims = CodecDims.tiny() if args.tiny else CodecDims.higgs_v3()
     torch.manual_seed(0)
-    codec = CodecDecoder(dims).to(device).eval()
-    codec.set_precision(args.precision)
+    codec = random_codec(args.precision, args.tiny)
+    device, dims = codec.device, codec.dims
+    cuda = device.type == "cuda"
     path = Path(args.out) / "codec_tails.txt"
     with path.open("w") as out:
         report(

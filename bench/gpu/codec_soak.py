@@ -44,9 +44,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from bench.gpu.random_codec import random_codec
 from realtime_engine.codec.decoder import CODEC_PRECISIONS, CodecDecoder
 from realtime_engine.codec.delay import revert_delay
-from realtime_engine.codec.layout import CodecDims
 from realtime_engine.codec.presets import PRESETS, get_preset
 from realtime_engine.format import CODEC_KERNELS, DEFAULT_CODEC_PRECISION, DELAY_ROWS
 from realtime_engine.talker.slot_codec import SlotCodec
@@ -140,11 +140,9 @@ class Load:
 
 
 def soak(args: argparse.Namespace) -> dict[str, Any]:
-    device = torch.device("cuda" if torch.cuda.is_available() and not args.tiny else "cpu")
+    codec = random_codec(args.precision, args.tiny)
+    device = codec.device
     cuda = device.type == "cuda"
-    dims = CodecDims.tiny() if args.tiny else CodecDims.higgs_v3()
-    codec = CodecDecoder(dims).to(device).eval()
-    codec.set_precision(args.precision)
     rng = random.Random(args.seed)
     codes = np.random.default_rng(args.seed)
     sc = SlotCodec(codec, slots=args.slots, max_batch=64, graphs=cuda, kernels=args.kernels)

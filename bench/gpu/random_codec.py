@@ -1,4 +1,4 @@
-"""The codec the GPU benches run: real size with random weights on CUDA, tiny on the CPU."""
+"""The codec the GPU benches run: random weights, real size unless asked for tiny."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from realtime_engine.codec.layout import CodecDims
 
 
 def random_codec(precision: str, tiny: bool) -> CodecDecoder:
-    """A codec with random weights in ``precision``: the real-size one on CUDA when
-    there is a GPU and ``tiny`` is not asked for, else the tiny one on the CPU
-    (smoke checks of the scripts)."""
+    """A codec with random weights in ``precision``, on CUDA where there is a GPU:
+    the real-size one, or with ``tiny`` the tiny one on the CPU (smoke checks of
+    the scripts)."""
     cuda = torch.cuda.is_available() and not tiny
-    dims = CodecDims.tiny() if not cuda else CodecDims.higgs_v3()
+    dims = CodecDims.tiny() if tiny else CodecDims.higgs_v3()
     codec = CodecDecoder(dims).to("cuda" if cuda else "cpu").eval()
     codec.set_precision(precision)
     return codec

@@ -144,7 +144,12 @@ class CodecSlots:
         # Whole tails (every stream's last chunk) from static buffers, per bucket.
         self._bucket_tails = self._want_graphs if bucket_tails is None else bucket_tails
         self._tail_sizes = [s for s in self._sizes if s <= TAIL_BATCH] or self._sizes[:1]
-        self._tail_lengths = tail_lengths(self.delay, self.hop)
+        compiled = kernels == "compiled"
+        # With the compiled step, the whole tail is compiled too (one trace for a
+        # dynamic batch) and a preset's edge is its start: on one H200 a batch of 2
+        # took 0.76 ms for the whole tail against 0.67-0.72 ms for an edge alone
+        # (eager: 1.3-1.45 ms), and a trace a length would triple the compile time.
+        self._tail_lengths = [self.delay] if compiled else tail_lengths(self.delay, self.hop)
         self._tail_in = torch.full_like(self._slot_in[: self._tail_sizes[-1]], self.trash)
         # per (bucket, tail length)
         self._tail_out: dict[tuple[int, int], torch.Tensor] = {}
@@ -153,13 +158,8 @@ class CodecSlots:
         # before any graph is captured.
         self._advance_fn: Callable[[torch.Tensor, torch.Tensor], None] = self._advance
         self._tail_fn: Callable[[torch.Tensor], torch.Tensor] | None = None
-        if kernels == "compiled":
+        if compiled:
             self._advance_fn = torch.compile(self._advance, fullgraph=True, dynamic=None)
-            # The whole tail through torch.compile too, one trace for a dynamic batch,
-            # and a preset's edge is its start: on one H200 a batch of 2 took 0.76 ms
-            # for the whole tail against 0.67-0.72 ms for an edge alone (eager:
-            # 1.3-1.45 ms), and a trace a length would triple the compile time.
-            self._tail_lengths = [self.delay]
             self._tail_fn = torch.compile(self._whole_tail, fullgraph=True, dynamic=None)
 
     @contextlib.contextmanager

@@ -108,3 +108,14 @@ def test_the_tails_bench_times_each_edge_both_ways_and_compares_them(tmp_path: P
         error = float(line.split("max error ")[1].split()[0])
         peak = float(line.split(" of peak ")[1])
         assert error <= 1e-5 and peak > 0  # audio compared, not silence
+
+
+def test_the_warm_up_bench_times_a_cold_compile_per_worker_count(tmp_path: Path) -> None:
+    from bench.gpu.codec_warm_up import main as warm_up
+
+    argv = ["--tiny", "--slots", "2", "--workers", "2", "--out", str(tmp_path)]
+    assert warm_up(argv) == 0
+    lines = (tmp_path / "codec_warm_up.txt").read_text().splitlines()
+    assert lines[0] == "slots 2, precision tf32, tiny True"
+    workers, seconds = lines[-1].split(" | ")
+    assert workers == "2" and float(seconds) > 0  # a time, not a failure

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
@@ -54,6 +55,7 @@ from realtime_engine.format import (
     PRESETS,
     resolve_codec_kernels,
 )
+from realtime_engine.talker.compile_workers import parallel_compile
 from realtime_engine.talker.vllm_sampler_graphs import bucket_sizes
 
 logger = logging.getLogger("vllm.plugins.higgs_talker.codec")
@@ -95,11 +97,14 @@ class CodecSlots:
         ring_frames: int = RING_FRAMES,
         bucket_tails: bool | None = None,
         stream_priority: str = DEFAULT_CODEC_STREAM_PRIORITY,
+        compile_workers: int | None = None,
     ) -> None:
         """``bucket_tails``: run tails padded to the step's batch buckets, from
         static buffers (default: where the step is captured, so they are too).
         ``stream_priority``: the codec's and the gathers' CUDA stream priority
-        (:data:`CODEC_STREAM_PRIORITIES`)."""
+        (:data:`CODEC_STREAM_PRIORITIES`). ``compile_workers``: Inductor's workers
+        while the compiled kernels' warm-up compiles them (default: a worker per
+        core, :func:`~realtime_engine.talker.compile_workers.default_compile_workers`)."""
         if stream_priority not in CODEC_STREAM_PRIORITIES:
             raise ValueError(
                 f"codec stream priority must be one of {CODEC_STREAM_PRIORITIES};"
@@ -132,6 +137,7 @@ class CodecSlots:
             # (torch.compile always specialises a size of 1), half the compile time
             self._sizes = [s for s in self._sizes if s > 1]
         self._want_graphs = graphs and self._cuda
+        self._compile_workers = compile_workers
         self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
         # Static inputs of a step (what a graph reads).
         self._slot_in = torch.full((slots,), self.trash, dtype=torch.int64, device=self.device)
@@ -176,11 +182,23 @@ class CodecSlots:
     def warm_up(self) -> None:
         """Capture the step graphs (CUDA, when wanted) or run each bucket once: called
         at the engine's start-up profiling run, so the memory is accounted for."""
-        if self.kernels == "compiled":
-            # eager once first: the layers build their masks and 1/alpha caches then,
-            # so the traced step only reads them
-            with torch.inference_mode(), self.stream_codec.codec.compute_context():
-                self._advance(self._slot_in[:1], self._codes_in[:1])
+        if self.kernels != "compiled":
+            self._warm_up()
+            return
+        # eager once first: the layers build their masks and 1/alpha caches then,
+        # so the traced step only reads them
+        with torch.inference_mode(), self.stream_codec.codec.compute_context():
+            self._advance(self._slot_in[:1], self._codes_in[:1])
+        with parallel_compile(self._compile_workers) as workers:
+            started = time.perf_counter()
+            self._warm_up()
+        logger.info(
+            "compiled the codec step and tail with %d compile workers in %.1f s",
+            workers,
+            time.perf_counter() - started,
+        )
+
+    def _warm_up(self) -> None:
         if not self._cuda:
             if self.kernels == "compiled":  # trace now
                 self._run(self._sizes[0])

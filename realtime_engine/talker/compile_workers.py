@@ -1,0 +1,56 @@
+"""Parallel Inductor compilation for the codec's start-up inside vLLM's engine core.
+
+Importing vLLM pins Inductor to one compile thread in every process
+(``TORCHINDUCTOR_COMPILE_THREADS=1``, overriding the environment, and
+``torch._inductor.config.compile_threads = 1`` when plugins load), so that
+its workers do not each keep a pool of compile processes. The compiled codec
+step and whole tail are traced once at start-up, and compiling their kernels
+one at a time took more than four minutes of a cold start on an H200 host
+(docs/bench/RESULTS.md section 22). :func:`parallel_compile` lends the codec's
+warm-up Inductor's own default, a worker per core up to 32, and shuts the
+workers down and restores vLLM's setting afterwards, so nothing of it stays
+running beside the engine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
+
+logger = logging.getLogger("vllm.plugins.higgs_talker.codec")
+
+# Inductor's own cap on its default number of compile workers.
+MAX_COMPILE_WORKERS = 32
+
+
+def default_compile_workers() -> int:
+    """A worker per core this process may run on, up to :data:`MAX_COMPILE_WORKERS`."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(MAX_COMPILE_WORKERS, cores))
+
+
+@contextlib.contextmanager
+def parallel_compile(workers: int | None = None) -> Iterator[int]:
+    """Compile with ``workers`` Inductor workers inside the block (default:
+    :func:`default_compile_workers`); yields the number used. The workers are shut
+    down and the previous setting restored on the way out."""
+    from torch._inductor import async_compile
+    from torch._inductor import config as inductor_config
+
+    count = default_compile_workers() if workers is None else max(1, workers)
+    before = inductor_config.compile_threads
+    inductor_config.compile_threads = count
+    try:
+        yield count
+    finally:
+        if count > 1:
+            try:
+                async_compile.shutdown_compile_workers()
+            except Exception:  # a pool that failed to start: nothing left to stop
+                logger.warning("stopping the codec's compile workers failed", exc_info=True)
+        inductor_config.compile_threads = before

@@ -14,6 +14,8 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("zmq", reason="pyzmq comes with vllm; without it there is no transport")
 
@@ -341,6 +343,149 @@ def test_a_first_chunk_goes_out_when_its_row_lands_without_another_step(
     audio.remove("w")
     inbox.wait_for(1)
     assert close_to_peak(inbox.audio("w"), offline(codec, rows))
+
+
+def step_status(
+    audio: VllmAudio,
+    table: torch.Tensor,
+    key: str,
+    slot: int,
+    index: int,
+    utterance: np.ndarray,
+    *,
+    valid: bool = True,
+    done: bool = False,
+) -> None:
+    """One sampling step of one request; a step that is not valid (vLLM ran the
+    request once more before it saw the end) writes nothing into the table."""
+    row = torch.from_numpy(utterance[min(index, len(utterance) - 1)]).long()
+    if valid:
+        table[slot, PROMPT + index] = row.to(torch.int16)
+    packed = StepRows(
+        rows=row[None],
+        valid=torch.tensor([valid]),
+        done=torch.tensor([done]),
+        index=torch.tensor([index]),
+    ).packed()
+    audio.after_step(packed, [key])
+
+
+def gated_audio(codec: CodecDecoder, table: torch.Tensor) -> tuple[VllmAudio, list[GatedStep]]:
+    """Audio whose steps' statuses land when the test completes them, cutting
+    first chunks ahead of them (as on a GPU) and without a watcher."""
+    events: list[GatedStep] = []
+
+    def gated() -> GatedStep:
+        events.append(GatedStep())
+        return events[-1]
+
+    audio = VllmAudio(
+        codec, table, step_event=gated, watch_first_chunks=False, first_chunks_ahead=True
+    )
+    return audio, events
+
+
+def test_a_first_chunk_is_cut_right_behind_its_step_before_the_statuses_land(
+    codec: CodecDecoder, inbox: Inbox
+) -> None:
+    """The host runs ahead of the device at a small batch: the statuses that make
+    the first chunk due are still on their way when the step that completes it
+    is launched. Counting their rows as written, the chunk is cut then, and
+    the audio is still exactly the whole decode."""
+    table = torch.randint(0, 1026, (SLOTS, POSITIONS, 8), dtype=torch.int16)  # stale garbage
+    audio, events = gated_audio(codec, table)
+    rows = apply_delay(np.random.default_rng(21).integers(0, 1024, size=(30, 8)))
+    audio.open(args("f", inbox.receiver.endpoint, get_preset("exact")), 0, PROMPT)
+    stream = audio.codec.get("f")
+    assert stream is not None
+    due = stream.next_rows
+    step_status(audio, table, "f", 0, 0, rows)
+    events[0].complete()  # the prefill's row is confirmed; later statuses lag
+    for i in range(1, due - 1):
+        step_status(audio, table, "f", 0, i, rows)
+    assert not inbox.events and stream.rows == 1
+    step_status(audio, table, "f", 0, due - 1, rows)
+    with inbox._lock:  # sent with no status after row 0's landed
+        assert inbox._lock.wait_for(lambda: bool(inbox.events), timeout=10)
+    first = inbox.events[0]
+    assert isinstance(first, PcmEvent) and first.chunk.start_frame == 0
+    assert not any(event.query() for event in events[1:])
+    assert first.stamps is not None and {"first_row", "first_frame_row"} <= set(first.stamps)
+    for event in events:
+        event.complete()
+    for i in range(due, len(rows)):
+        step_status(audio, table, "f", 0, i, rows, done=i == len(rows) - 1)
+        events[-1].complete()
+    audio.remove("f")
+    inbox.wait_for(1)
+    assert close_to_peak(inbox.audio("f"), offline(codec, rows))
+
+
+def test_a_first_chunk_cut_from_rows_that_never_came_is_dropped_and_cut_again(
+    codec: CodecDecoder, inbox: Inbox
+) -> None:
+    """The audio ended one row short of the first chunk, and vLLM ran the request
+    once more before it saw the end: the chunk cut ahead read a row that was
+    never written. The deciding status drops it, the request's decoding is
+    rewound, and the audio is the whole decode of the rows that exist."""
+    table = torch.randint(0, 1026, (SLOTS, POSITIONS, 8), dtype=torch.int16)  # stale garbage
+    audio, events = gated_audio(codec, table)
+    exact = get_preset("exact")
+    audio.open(args("g", inbox.receiver.endpoint, exact), 0, PROMPT)
+    stream = audio.codec.get("g")
+    assert stream is not None
+    rows = apply_delay(np.random.default_rng(22).integers(0, 1024, size=(stream.next_rows - 8, 8)))
+    assert len(rows) == stream.next_rows - 1  # the delay adds 7 rows
+    step_status(audio, table, "g", 0, 0, rows)
+    events[0].complete()
+    for i in range(1, len(rows)):
+        step_status(audio, table, "g", 0, i, rows, done=i == len(rows) - 1)
+    step_status(audio, table, "g", 0, len(rows), rows, valid=False)  # the extra step
+    assert "g" in audio._assumed  # cut ahead (and dropped: the audio below has it once)
+    for event in events:
+        event.complete()
+    audio.poll()
+    assert "g" not in audio._assumed
+    audio.remove("g")
+    inbox.wait_for(1)
+    assert close_to_peak(inbox.audio("g"), offline(codec, rows))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    # often around `exact`'s first chunk (due at 14 frames' rows), where ends refute
+    frames=st.one_of(st.integers(12, 15), st.integers(1, 24)),
+    lags=st.lists(st.integers(0, 4), min_size=40, max_size=40),
+    extra_steps=st.integers(0, 2),
+)
+def test_first_chunks_ahead_give_the_whole_decode_for_any_lag_of_the_statuses(
+    codec: CodecDecoder, frames: int, lags: list[int], extra_steps: int
+) -> None:
+    """Any utterance length, any lag of each status behind the host, steps run
+    after the end: with first chunks cut ahead (and dropped and cut again where
+    the rows they counted never came), `exact` still gives the whole decode."""
+    rows = apply_delay(np.random.default_rng(frames).integers(0, 1024, size=(frames, 8)))
+    table = torch.randint(0, 1026, (SLOTS, POSITIONS, 8), dtype=torch.int16)  # stale garbage
+    box = Inbox()
+    try:
+        audio, events = gated_audio(codec, table)
+        audio.open(args("p", box.receiver.endpoint, get_preset("exact")), 0, PROMPT)
+        for i in range(len(rows) + extra_steps):
+            valid = i < len(rows)
+            step_status(audio, table, "p", 0, i, rows, valid=valid, done=i == len(rows) - 1)
+            # status ``j`` lands ``lags[j]`` steps after its own (the first at once)
+            for j, event in enumerate(events):
+                if j == 0 or j + lags[j] <= i:
+                    event.complete()
+        for event in events:
+            event.complete()
+        audio.poll()
+        audio.remove("p")
+        box.wait_for(1)
+        assert not audio._assumed
+        assert close_to_peak(box.audio("p"), offline(codec, rows))
+    finally:
+        box.receiver.close()
 
 
 class FakeClock:

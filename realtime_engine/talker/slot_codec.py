@@ -187,6 +187,26 @@ class SlotCodec:
         if stream.final or stream.rows >= stream.next_rows:
             self._ready.add(stream.key)
 
+    def rewind(
+        self,
+        stream: SlotStream,
+        *,
+        rows: int,
+        fed: int,
+        emitted: int,
+        next_rows: int,
+        first_planned_at: float | None,
+    ) -> None:
+        """Take ``stream`` back to an earlier state (rows counted before they were
+        confirmed, and were not): its codec state is rebuilt from its first
+        ``fed`` frames in the table before it next runs."""
+        stream.rows, stream.fed, stream.emitted = rows, fed, emitted
+        stream.next_rows, stream.first_planned_at = next_rows, first_planned_at
+        stream.ended = False
+        stream.replay = True
+        if self._streams.get(stream.key) is stream:
+            self._feeding.add(stream.key)
+
     def advance(self, key: str, rows: int, final: bool = False) -> None:
         """``rows`` rows of ``key`` are in the table; ``final``: no more will come."""
         stream = self._streams.get(key)

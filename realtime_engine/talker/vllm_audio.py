@@ -20,8 +20,13 @@ the batch is small, a step whose status makes a request's first chunk due is
 also handed to a watcher thread, which waits for its event and cuts the
 chunk at once: the host of a small batch is ahead of the device, so it would
 otherwise learn of the row a step or two later (about 2 ms at one stream on an
-H200, docs/bench/RESULTS.md section 19). Every entry point takes one lock, so
-the two threads never interleave their work on the codec's state.
+H200, docs/bench/RESULTS.md section 19). Better still, when the statuses
+still on their way would make a first chunk due if each carries the
+request's next row, the engine's thread assumes they do and queues the
+chunk on the device right behind the step (:mod:`.chunk_ahead`); the sender
+drops it if the deciding status says otherwise, and the request's decoding
+is rewound. Every entry point takes one lock, so the two threads never
+interleave their work on the codec's state.
 
 The steps are counted too (:class:`StepCounter`): about twice a second the
 counters go to the destinations of the requests in flight, so the serving
@@ -46,6 +51,7 @@ import torch
 
 from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.format import DEFAULT_CODEC_KERNELS, DEFAULT_CODEC_STREAM_PRIORITY
+from realtime_engine.talker.chunk_ahead import AssumedRows, refutes
 from realtime_engine.talker.device_watchdog import DeviceWatchdog, process_watchdog
 from realtime_engine.talker.slot_codec import ChunkPlan, SlotCodec, SlotStream
 from realtime_engine.talker.types import MAX_RETURNED_ROWS, NUM_CODEBOOKS
@@ -60,10 +66,10 @@ STATS_INTERVAL_S = 0.5
 # A step that follows the previous one by more than this came after an idle
 # gap: counted, but not timed.
 _IDLE_GAP_S = 0.25
-# Up to this many audio requests in a step, a status that makes a first chunk
-# due is watched (see the module's notes). A bigger batch keeps the engine's
-# thread busy: it polls the statuses soon enough itself, and a second thread
-# would only wait for the interpreter's lock.
+# Up to this many audio requests in a step, first chunks are cut ahead of their
+# statuses, or their status is watched (see the module's notes). A bigger
+# batch keeps the engine's thread busy: it polls the statuses soon enough
+# itself, and a second thread would only wait for the interpreter's lock.
 WATCH_MAX_BATCH = 8
 
 
@@ -135,6 +141,8 @@ class _Outgoing:
     rows: list[torch.Tensor | None] | None = None
     rows_event: torch.cuda.Event | None = None
     stats: StepStats | None = None  # step counters for every endpoint instead
+    # Per plan: the rows its chunk assumed (sent only if they held), or None.
+    assumed: list[AssumedRows | None] | None = None
 
 
 class VllmAudio:
@@ -154,12 +162,14 @@ class VllmAudio:
         watchdog: DeviceWatchdog | None = None,
         clock: Callable[[], float] = time.perf_counter,
         watch_first_chunks: bool | None = None,
+        first_chunks_ahead: bool | None = None,
     ) -> None:
         """``step_event``: on CPU, where a step is complete when the host has it,
         makes each step's status wait for an event of this factory instead (to
         drive the device's ordering without one). ``watchdog`` times the waits
         on events (on CUDA, the process's by default). ``watch_first_chunks``:
-        run the watcher thread (default: on CUDA)."""
+        run the watcher thread (default: on CUDA). ``first_chunks_ahead``: cut
+        first chunks ahead of their statuses (default: on CUDA)."""
         self._step_event = step_event
         self.codec = SlotCodec(
             codec,
@@ -185,6 +195,9 @@ class VllmAudio:
         self._lock = threading.Lock()
         self._watched: queue.SimpleQueue[_Watch] = queue.SimpleQueue()
         self._watching = self._cuda if watch_first_chunks is None else watch_first_chunks
+        self._ahead = self._cuda if first_chunks_ahead is None else first_chunks_ahead
+        # Requests whose rows were counted before their statuses landed.
+        self._assumed: dict[str, AssumedRows] = {}
         if self._cuda:
             if self._watchdog is None:
                 self._watchdog = process_watchdog()
@@ -209,6 +222,7 @@ class VllmAudio:
     def open(self, args: TalkerArgs, slot: int, prompt_len: int) -> None:
         with self._lock:
             self._args[args.correlation_id] = args
+            self._assumed.pop(args.correlation_id, None)
             self.codec.open(args.correlation_id, slot, prompt_len, args.chunking_params())
 
     def resume(self, args: TalkerArgs, slot: int) -> bool:
@@ -256,6 +270,7 @@ class VllmAudio:
         :meth:`StepRows.packed`), ``keys`` the audio request of each batch row."""
         batch = len(keys) - keys.count(None)
         with self._lock:
+            ahead = False
             if batch:
                 self._count_step(batch)
                 status = packed[:, NUM_CODEBOOKS:].contiguous()
@@ -268,10 +283,16 @@ class VllmAudio:
                 else:
                     late = self._step_event() if self._step_event is not None else None
                     self._statuses.append(_Status(late, status.clone(), keys))
-                if self._watching and batch <= WATCH_MAX_BATCH:
-                    self._watch_if_first_chunk(self._statuses[-1])
-            self._settle()
-            self._decode_due()
+                pending = self._statuses[-1]
+                self._settle()
+                if batch <= WATCH_MAX_BATCH and self._statuses and self._statuses[-1] is pending:
+                    ahead = self._ahead and self._assume_first_chunks(pending)
+                    if self._watching and not ahead:
+                        self._watch_if_first_chunk(pending)
+            else:
+                self._settle()
+            # rows assumed are not written yet: the codec waits for this step
+            self._decode_due(rows_written=not ahead)
 
     def poll(self) -> None:
         """Decode what the statuses on the host so far allow (never waits)."""
@@ -279,6 +300,61 @@ class VllmAudio:
             if self._statuses:
                 self._settle()
                 self._decode_due()
+
+    # -- first chunks ahead of their statuses ------------------------------------------
+
+    def _assume_first_chunks(self, status: _Status) -> bool:
+        """Count the rows of the statuses on their way (``status`` the newest) as
+        written for each request they would give its first chunk (see
+        :mod:`.chunk_ahead`); whether any was."""
+        if status.event is None:
+            return False
+        assumed = False
+        for batch_row, key in enumerate(status.keys):
+            stream = self.codec.get(key) if key is not None else None
+            if stream is None or key in self._assumed or stream.replay:
+                continue
+            if stream.rows < 1 or stream.emitted > 0 or stream.final or stream.ended:
+                continue
+            rows = stream.rows + sum(key in s.keys for s in self._statuses)
+            if rows < stream.next_rows:
+                continue
+            self._assumed[stream.key] = AssumedRows(
+                host=status.host,
+                batch_row=batch_row,
+                index=rows - 1,
+                rows=stream.rows,
+                fed=stream.fed,
+                emitted=stream.emitted,
+                next_rows=stream.next_rows,
+                first_planned_at=stream.first_planned_at,
+            )
+            self.codec.advance(stream.key, rows)
+            assumed = True
+        return assumed
+
+    def _decide(
+        self, key: str, stream: SlotStream | None, status: _Status, row: tuple[int, int, int]
+    ) -> None:
+        """Settle an assumption about ``key``'s rows that ``status`` decides or
+        refutes: a failed one rewinds the request's decoding."""
+        assumed = self._assumed.get(key)
+        valid, done, index = row
+        deciding = assumed is not None and status.host is assumed.host
+        if assumed is None or not (deciding or refutes(bool(valid), bool(done))):
+            return
+        del self._assumed[key]
+        if deciding and valid and index == assumed.index:
+            return
+        if stream is not None:
+            self.codec.rewind(
+                stream,
+                rows=assumed.rows,
+                fed=assumed.fed,
+                emitted=assumed.emitted,
+                next_rows=assumed.next_rows,
+                first_planned_at=assumed.first_planned_at,
+            )
 
     # -- the watcher ------------------------------------------------------------------
 
@@ -328,11 +404,13 @@ class VllmAudio:
             now = time.perf_counter()
             values = status.host.tolist()
             for key, (valid, done, index) in zip(status.keys, values, strict=True):
-                if key is None or not valid:
+                if key is None:
                     continue
                 attached = self.codec.get(key)
                 stream = attached or self._detached.get(key)
-                if stream is None:
+                if self._assumed:
+                    self._decide(key, stream, status, (valid, done, index))
+                if stream is None or not valid:
                     continue
                 detached = attached is None
                 if index == 0:
@@ -345,10 +423,11 @@ class VllmAudio:
                 else:
                     self.codec.advance(key, index + 1, bool(done))
 
-    def _decode_due(self) -> None:
+    def _decode_due(self, *, rows_written: bool = True) -> None:
+        """``rows_written``: only rows of statuses whose event completed were
+        advanced (none assumed), so the codec need not wait for the talker."""
         try:
-            # only rows of statuses whose event completed were advanced
-            self.codec.feed(self.table, rows_written=True)
+            self.codec.feed(self.table, rows_written=rows_written)
         except Exception as e:  # a codec failure fails its requests, not the engine
             self._fail_keys(self.codec.active(), e)
             return
@@ -379,9 +458,11 @@ class VllmAudio:
     ) -> None:
         endpoints, stamps = [], []
         rows: list[torch.Tensor | None] = []
+        assumed: list[AssumedRows | None] = []
         for plan in plans:
             args = self._args.get(plan.key)
             stream = self.codec.get(plan.key)
+            assumed.append(self._assumed.get(plan.key) if plan.emit > 0 else None)
             endpoints.append(args.endpoint if args is not None else "")
             first = plan.first_frame == 0 or plan.emit == 0
             stamps.append(dict(stream.stamps) if stream is not None and first else None)
@@ -392,7 +473,16 @@ class VllmAudio:
             rows_event = torch.cuda.Event()
             rows_event.record()
         self._send(
-            _Outgoing(event, pcm, plans, endpoints, stamps, rows=rows, rows_event=rows_event)
+            _Outgoing(
+                event,
+                pcm,
+                plans,
+                endpoints,
+                stamps,
+                rows=rows,
+                rows_event=rows_event,
+                assumed=assumed if any(a is not None for a in assumed) else None,
+            )
         )
 
     def _rows_to_host(self, stream: SlotStream) -> torch.Tensor:
@@ -413,6 +503,7 @@ class VllmAudio:
         logger.exception("codec decode failed", exc_info=error)
         for key in keys:
             args = self._args.get(key)
+            self._assumed.pop(key, None)
             self.codec.detach(key)
             if args is not None:
                 self.fail(args, f"codec decode failed: {error}")
@@ -450,6 +541,15 @@ class VllmAudio:
         for i, plan in enumerate(item.plans):
             if not item.endpoints[i]:
                 continue
+            assumed = item.assumed[i] if item.assumed is not None else None
+            stamps = item.stamps[i]
+            if assumed is not None:
+                if not assumed.held():  # cut from rows that were never written
+                    continue
+                if stamps is not None:  # its rows were confirmed just now
+                    now = time.perf_counter()
+                    stamps.setdefault("first_frame_row", now)
+                    stamps.setdefault("first_row", now)
             samples = plan.emit * self.codec.hop
             chunk = np.zeros(0, np.float32) if pcm is None else pcm[i, :samples]
             headers, chunks = groups.setdefault(item.endpoints[i], ([], []))
@@ -460,7 +560,7 @@ class VllmAudio:
                     plan.first_frame,
                     samples,
                     plan.final,
-                    item.stamps[i],
+                    stamps,
                     None if rows is None else rows.numpy(),
                 )
             )

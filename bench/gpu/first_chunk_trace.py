@@ -16,8 +16,9 @@ follows each request from its prefill to its first chunk's PCM on the host:
 
 A status copy completes when its step's rows are written; the host learns
 of it only at a later step's input preparation (``VllmAudio.poll``). So
-"host launch" is the engine's learning delay, "PCM" adds the codec's GPU
-work beside the talker's next forward pass, and "sent" the sender thread's
+"host launch" is the engine's learning delay (negative where the chunk was
+cut ahead of the status, at small batches), "PCM" adds the codec's GPU work
+beside the talker's next forward pass, and "sent" the sender thread's
 wake-up. The profiler lengthens host work: read the host columns as upper
 bounds.
 
@@ -193,9 +194,11 @@ def _launches(
     return launches
 
 
-def _median(values: Sequence[float | None]) -> str:
+def _median(values: Sequence[float | None], *, signed: bool = False) -> str:
     known = [v for v in values if v is not None]
-    return f"{statistics.median(known):.2f}" if known else "-"
+    if not known:
+        return "-"
+    return f"{statistics.median(known):{'+' if signed else ''}.2f}"
 
 
 def report(chunks: Sequence[FirstChunk], preset: str) -> str:
@@ -210,7 +213,7 @@ def report(chunks: Sequence[FirstChunk], preset: str) -> str:
     ]
     for i, c in enumerate(chunks):
         launches = "; ".join(
-            f"{la.name} +{la.host_ms:.2f}: {la.start_ms:.2f}..{la.end_ms:.2f}, {la.ops}"
+            f"{la.name} {la.host_ms:+.2f}: {la.start_ms:.2f}..{la.end_ms:.2f}, {la.ops}"
             for la in c.launches
             if la.ops > 2
         )
@@ -221,7 +224,7 @@ def report(chunks: Sequence[FirstChunk], preset: str) -> str:
                     f"{c.rows_ms[0]:.2f}",
                     f"{c.rows_ms[NUM_CODEBOOKS - 1]:.2f}" if row >= NUM_CODEBOOKS - 1 else "-",
                     f"{c.rows_ms[row]:.2f}",
-                    "-" if c.launch_ms is None else f"{c.launch_ms:.2f}",
+                    "-" if c.launch_ms is None else f"{c.launch_ms:+.2f}",
                     f"{c.codec_busy_ms:.2f}",
                     "-" if c.pcm_ms is None else f"{c.pcm_ms:.2f}",
                     "-" if c.sent_ms is None else f"{c.sent_ms:.2f}",
@@ -232,7 +235,7 @@ def report(chunks: Sequence[FirstChunk], preset: str) -> str:
     lines.append(
         f"median: row 0 {_median([c.rows_ms[0] for c in chunks])} ms, due row "
         f"{_median([c.rows_ms[row] for c in chunks])} ms; after it: host launch "
-        f"+{_median([c.launch_ms for c in chunks])}, codec busy "
+        f"{_median([c.launch_ms for c in chunks], signed=True)}, codec busy "
         f"{_median([c.codec_busy_ms for c in chunks])}, PCM copied "
         f"+{_median([c.pcm_ms for c in chunks])}, sent +{_median([c.sent_ms for c in chunks])} ms"
     )

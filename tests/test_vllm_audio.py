@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import pytest
@@ -26,6 +27,7 @@ from realtime_engine.codec.delay import apply_delay
 from realtime_engine.codec.layout import CodecDims, random_codec_state_dict
 from realtime_engine.codec.presets import get_preset
 from realtime_engine.engines.base import ChunkingParams
+from realtime_engine.format import NUM_CODEBOOKS
 from realtime_engine.talker.vllm_audio import VllmAudio
 from realtime_engine.talker.vllm_protocol import (
     Event,
@@ -419,6 +421,60 @@ def test_a_first_chunk_is_cut_right_behind_its_step_before_the_statuses_land(
     audio.remove("f")
     inbox.wait_for(1)
     assert close_to_peak(inbox.audio("f"), offline(codec, rows))
+
+
+class WaitsRecorded:
+    """The codec's steps as they are (``CodecSlots.step``), with what each one's
+    gather was told to wait for: ``None`` when the rows are written, else the
+    step event that writes them, or ``"current"`` (every step so far)."""
+
+    def __init__(self, audio: VllmAudio) -> None:
+        self.waits: list[tuple[int, object]] = []  # (frame's first row, wait)
+        device_codec = audio.codec.device_codec
+        step = device_codec.step
+
+        def recorded(
+            slots: Any, rows: Any, table: Any, *, rows_written: bool = False, written_by: Any = None
+        ) -> None:
+            wait = None if rows_written else (written_by or "current")
+            self.waits.extend((row - PROMPT, wait) for row in rows)
+            step(slots, rows, table, rows_written=rows_written, written_by=written_by)
+
+        device_codec.step = recorded  # type: ignore[method-assign]
+
+
+def test_frames_of_earlier_steps_wait_for_those_steps_only_when_cut_ahead(
+    codec: CodecDecoder, inbox: Inbox
+) -> None:
+    """Cutting a first chunk ahead, the frames that the earlier statuses still on
+    their way complete wait for the newest of those steps, not for the step just
+    launched: only the last frame waits for that one."""
+    table = torch.zeros((SLOTS, POSITIONS, 8), dtype=torch.int16)
+    audio, events = gated_audio(codec, table)
+    recorded = WaitsRecorded(audio)
+    rows = apply_delay(np.random.default_rng(5).integers(0, 1024, size=(30, 8)))
+    audio.open(args("w", inbox.receiver.endpoint, get_preset("exact")), 0, PROMPT)
+    stream = audio.codec.get("w")
+    assert stream is not None
+    due = stream.next_rows
+    step_status(audio, table, "w", 0, 0, rows)
+    events[0].complete()
+    for i in range(1, due):
+        step_status(audio, table, "w", 0, i, rows)
+    frames = due - (NUM_CODEBOOKS - 1)  # the frames the first chunk's rows complete
+    assert [frame for frame, _ in recorded.waits] == list(range(frames))
+    assert all(wait is events[-2] for _, wait in recorded.waits[:-1])
+    assert recorded.waits[-1][1] == "current"
+    with inbox._lock:
+        assert inbox._lock.wait_for(lambda: bool(inbox.events), timeout=10)
+    for event in events:
+        event.complete()
+    for i in range(due, len(rows)):
+        step_status(audio, table, "w", 0, i, rows, done=i == len(rows) - 1)
+        events[-1].complete()
+    audio.remove("w")
+    inbox.wait_for(1)
+    assert close_to_peak(inbox.audio("w"), offline(codec, rows))
 
 
 def test_a_first_chunk_cut_from_rows_that_never_came_is_dropped_and_cut_again(

@@ -13,7 +13,10 @@ one launch, no host synchronisation.
 A caller that knows the frames' rows are written (the engine core: their
 step's event completed) says so with ``rows_written``, and the gather waits
 for nothing: a frame is decoded while the talker's next step still runs, not
-after it. Otherwise the gather waits for the current stream's work so far.
+after it. A caller that knows which step writes them passes that step's
+event as ``written_by``, and the gather waits for that step only, not for
+the steps launched after it. Otherwise the gather waits for the current
+stream's work so far.
 The other direction is ordered by :meth:`fence`: before the talker writes
 rows into a slot for a new request, its stream waits for the gathers already
 issued, which may still read the slot's previous request.
@@ -39,6 +42,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -284,17 +288,20 @@ class CodecSlots:
         table: torch.Tensor,
         *,
         rows_written: bool = False,
+        written_by: Any = None,
     ) -> None:
         """Feed one frame to each slot: ``rows[i]`` is the table position of the row
         that holds codebook 0 of slot ``slots[i]``'s frame (its codebook ``c`` is
         ``c`` rows further). Slots must be distinct. ``rows_written``: the rows are
-        known to be in the table already (their writes completed)."""
+        known to be in the table already (their writes completed); else
+        ``written_by``, an event recorded on the current stream after the rows'
+        writes, is what the gather waits for (default: the current stream)."""
         b = len(slots)
         if b == 0:
             return
         padded = self._graphs or self.kernels == "compiled"
         size = next(s for s in self._sizes if s >= b) if padded else b
-        codes, index = self._gather_on_side(table, slots, rows, rows_written)
+        codes, index = self._gather_on_side(table, slots, rows, rows_written, written_by)
         with self.on_codec_stream():
             self._wait(self._gathered)
             # the static inputs are written on the codec stream: after the last
@@ -318,13 +325,21 @@ class CodecSlots:
             torch.cuda.current_stream(self.device).wait_event(self._gathered)
 
     def _gather_on_side(
-        self, table: torch.Tensor, slots: Sequence[int], rows: Sequence[int], written: bool
+        self,
+        table: torch.Tensor,
+        slots: Sequence[int],
+        rows: Sequence[int],
+        written: bool,
+        written_by: Any,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`_gather_frame` on the gather stream; unless the rows are
-        known to be ``written``, after the current stream's work so far."""
+        """:meth:`_gather_frame` on the gather stream: unless the rows are known
+        to be ``written``, after ``written_by`` or else the current stream's work
+        so far."""
         if self.gather_stream is None:
             return self._gather_frame(table, slots, rows)
-        if not written:
+        if written_by is not None and not written:
+            self.gather_stream.wait_event(written_by)
+        elif not written:
             self.gather_stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(self.gather_stream):
             codes, index = self._gather_frame(table, slots, rows)

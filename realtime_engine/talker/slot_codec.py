@@ -31,6 +31,7 @@ import itertools
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -222,11 +223,18 @@ class SlotCodec:
 
     # -- the codec steps -----------------------------------------------------------
 
-    def feed(self, table: torch.Tensor, *, rows_written: bool = False) -> None:
+    def feed(
+        self,
+        table: torch.Tensor,
+        *,
+        rows_written: bool = False,
+        written_by: Any = None,
+    ) -> None:
         """Step every complete frame not stepped yet through the codec (``table``:
         ``[slots, positions, Q]``). ``rows_written``: every row advanced so far is
         known to be in the table (its write completed), so the codec need not
-        wait for the current stream (:meth:`CodecSlots.step`)."""
+        wait for the current stream; ``written_by``: they are once that event
+        completes (:meth:`CodecSlots.step`)."""
         self._apply_resets()
         work = []
         for key in sorted(self._feeding):  # sorted: the same batches every time
@@ -242,6 +250,7 @@ class SlotCodec:
                 [s.base + s.fed for s in work],
                 table,
                 rows_written=rows_written,
+                written_by=written_by,
             )
             for s in work:
                 s.fed += 1

@@ -309,7 +309,9 @@ class VllmAudio:
         :mod:`.chunk_ahead`); whether any was."""
         if status.event is None:
             return False
-        assumed = False
+        # the rows of the earlier statuses on their way (up to ``earlier``)
+        earlier = self._statuses[-2] if len(self._statuses) > 1 else None
+        counts: list[tuple[str, int, int]] = []
         for batch_row, key in enumerate(status.keys):
             stream = self.codec.get(key) if key is not None else None
             if stream is None or key in self._assumed or stream.replay:
@@ -329,9 +331,16 @@ class VllmAudio:
                 next_rows=stream.next_rows,
                 first_planned_at=stream.first_planned_at,
             )
-            self.codec.advance(stream.key, rows)
-            assumed = True
-        return assumed
+            counts.append((stream.key, rows - 1, rows))
+        if earlier is not None and earlier.event is not None and counts:
+            # frames the earlier steps complete wait for those steps only, so
+            # they decode while the newest step still runs
+            for key, before, _ in counts:
+                self.codec.advance(key, before)
+            self._feed(written_by=earlier.event)
+        for key, _, rows in counts:
+            self.codec.advance(key, rows)
+        return bool(counts)
 
     def _decide(
         self, key: str, stream: SlotStream | None, status: _Status, row: tuple[int, int, int]
@@ -426,10 +435,7 @@ class VllmAudio:
     def _decode_due(self, *, rows_written: bool = True) -> None:
         """``rows_written``: only rows of statuses whose event completed were
         advanced (none assumed), so the codec need not wait for the talker."""
-        try:
-            self.codec.feed(self.table, rows_written=rows_written)
-        except Exception as e:  # a codec failure fails its requests, not the engine
-            self._fail_keys(self.codec.active(), e)
+        if not self._feed(rows_written=rows_written):
             return
         plans = self.codec.due(time.perf_counter())
         for batch in self.codec.batches(plans):
@@ -440,6 +446,16 @@ class VllmAudio:
         for plan in plans:
             if plan.emit == 0:  # nothing to decode: only the end of the audio
                 self._queue([plan], None, None)
+
+    def _feed(self, *, rows_written: bool = False, written_by: StepEvent | None = None) -> bool:
+        """:meth:`SlotCodec.feed`; whether it went well (a codec failure fails its
+        requests, not the engine)."""
+        try:
+            self.codec.feed(self.table, rows_written=rows_written, written_by=written_by)
+        except Exception as e:
+            self._fail_keys(self.codec.active(), e)
+            return False
+        return True
 
     def _decode(self, plans: list[ChunkPlan]) -> None:
         if not self._cuda:

@@ -387,6 +387,29 @@ def gated_audio(codec: CodecDecoder, table: torch.Tensor) -> tuple[VllmAudio, li
     return audio, events
 
 
+def finish_and_compare(
+    audio: VllmAudio,
+    events: list[GatedStep],
+    table: torch.Tensor,
+    key: str,
+    start: int,
+    rows: np.ndarray,
+    inbox: Inbox,
+    codec: CodecDecoder,
+) -> None:
+    """Land every status so far, step the rest of ``rows`` from ``start`` with
+    their statuses landing at once, and check the request's audio is the whole
+    decode of its rows."""
+    for event in events:
+        event.complete()
+    for i in range(start, len(rows)):
+        step_status(audio, table, key, 0, i, rows, done=i == len(rows) - 1)
+        events[-1].complete()
+    audio.remove(key)
+    inbox.wait_for(1)
+    assert close_to_peak(inbox.audio(key), offline(codec, rows))
+
+
 def test_a_first_chunk_is_cut_right_behind_its_step_before_the_statuses_land(
     codec: CodecDecoder, inbox: Inbox
 ) -> None:
@@ -413,14 +436,7 @@ def test_a_first_chunk_is_cut_right_behind_its_step_before_the_statuses_land(
     assert isinstance(first, PcmEvent) and first.chunk.start_frame == 0
     assert not any(event.query() for event in events[1:])
     assert first.stamps is not None and {"first_row", "first_frame_row"} <= set(first.stamps)
-    for event in events:
-        event.complete()
-    for i in range(due, len(rows)):
-        step_status(audio, table, "f", 0, i, rows, done=i == len(rows) - 1)
-        events[-1].complete()
-    audio.remove("f")
-    inbox.wait_for(1)
-    assert close_to_peak(inbox.audio("f"), offline(codec, rows))
+    finish_and_compare(audio, events, table, "f", due, rows, inbox, codec)
 
 
 class WaitsRecorded:
@@ -467,14 +483,7 @@ def test_frames_of_earlier_steps_wait_for_those_steps_only_when_cut_ahead(
     assert recorded.waits[-1][1] == "current"
     with inbox._lock:
         assert inbox._lock.wait_for(lambda: bool(inbox.events), timeout=10)
-    for event in events:
-        event.complete()
-    for i in range(due, len(rows)):
-        step_status(audio, table, "w", 0, i, rows, done=i == len(rows) - 1)
-        events[-1].complete()
-    audio.remove("w")
-    inbox.wait_for(1)
-    assert close_to_peak(inbox.audio("w"), offline(codec, rows))
+    finish_and_compare(audio, events, table, "w", due, rows, inbox, codec)
 
 
 def test_a_first_chunk_cut_from_rows_that_never_came_is_dropped_and_cut_again(

@@ -337,7 +337,7 @@ class CodecSlots:
         so far."""
         if self.gather_stream is None:
             return self._gather_frame(table, slots, rows)
-        if written_by is not None and not written:
+        if not written and written_by is not None:
             self.gather_stream.wait_event(written_by)
         elif not written:
             self.gather_stream.wait_stream(torch.cuda.current_stream(self.device))

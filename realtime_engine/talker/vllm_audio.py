@@ -311,7 +311,7 @@ class VllmAudio:
             return False
         # the rows of the earlier statuses on their way (up to ``earlier``)
         earlier = self._statuses[-2] if len(self._statuses) > 1 else None
-        counts: list[tuple[str, int, int]] = []
+        counts: list[tuple[str, int]] = []  # (request, rows counted)
         for batch_row, key in enumerate(status.keys):
             stream = self.codec.get(key) if key is not None else None
             if stream is None or key in self._assumed or stream.replay:
@@ -331,14 +331,14 @@ class VllmAudio:
                 next_rows=stream.next_rows,
                 first_planned_at=stream.first_planned_at,
             )
-            counts.append((stream.key, rows - 1, rows))
+            counts.append((stream.key, rows))
         if earlier is not None and earlier.event is not None and counts:
             # frames the earlier steps complete wait for those steps only, so
             # they decode while the newest step still runs
-            for key, before, _ in counts:
-                self.codec.advance(key, before)
+            for key, rows in counts:
+                self.codec.advance(key, rows - 1)
             self._feed(written_by=earlier.event)
-        for key, _, rows in counts:
+        for key, rows in counts:
             self.codec.advance(key, rows)
         return bool(counts)
 

@@ -353,3 +353,29 @@ def test_precision_switches_and_rejects_unknown_names(tiny_state: dict[str, torc
     with pytest.raises(ValueError, match="fp8"):
         codec.set_precision("fp8")
     assert codec.precision == "fp32"
+
+
+def test_tf32_matmul_scope_sets_high_inside_and_restores_the_process_setting() -> None:
+    # vLLM's worker asks for IEEE float32 matmuls process-wide; the codec's TF32
+    # scope must lift that for its own products only, and put it back even on error
+    from realtime_engine.codec.decoder import _tf32_matmuls
+
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        with pytest.raises(RuntimeError, match="inside"), _tf32_matmuls():
+            assert torch.get_float32_matmul_precision() == "high"
+            raise RuntimeError("inside")
+        assert torch.get_float32_matmul_precision() == "highest"
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+def test_cpu_compute_context_leaves_matmul_precision_alone(
+    tiny_state: dict[str, torch.Tensor],
+) -> None:
+    codec = load_codec_decoder(tiny_state)
+    codec.set_precision("tf32")
+    before = torch.get_float32_matmul_precision()
+    with codec.compute_context():
+        assert torch.get_float32_matmul_precision() == before

@@ -5,8 +5,8 @@ to ``max_slots`` streams in one ``[max_slots, elements]`` tensor on the
 codec's device, each layer's buffer a ``[max_slots, C, L]`` view of it. A
 call steps any set of slots at once: it gathers their state by slot index
 (one indexed kernel for every buffer), runs the layers on the new frames
-only, writes the new state into the gathered copy and scatters that back
-(one indexed kernel); a reset is one kernel. Shapes depend only on the
+only, packs the new state in the same layout and scatters it back (one
+indexed kernel); a reset is one kernel. Shapes depend only on the
 batch size and the frames per call, and nothing reads device values back
 to the host, so a call can be captured as a CUDA graph per batch size.
 
@@ -147,16 +147,16 @@ class StreamingCodec:
         """:meth:`step`'s body for a device slot index, in the caller's grad mode
         and precision context: plain tensor operations only, so that it can be
         traced whole by ``torch.compile``."""
-        gathered = self.flat.index_select(0, index)
-        state = self._views(gathered)
+        state = self._views(self.flat.index_select(0, index))
         fed = self.frames_fed.index_select(0, index)
         x = self.codec.acoustic_input(codes)
         pcm, new = self.layers.advance(state, fed, x)
-        # The pass has read every cached buffer (its new state lies in fresh
-        # tensors): overwrite the gathered copy, then scatter it in one kernel.
-        for buffer, value in zip(state, new, strict=True):
-            buffer.copy_(value)
-        self.flat.index_copy_(0, index, gathered)
+        # The new state, packed in the flat layout and scattered in one kernel.
+        # Packing by concatenation lets each layer write its part straight into
+        # the packed rows; copying into views of the gathered copy instead
+        # compiles to a chain of whole-row rewrites (one per buffer).
+        packed = torch.cat([value.reshape(value.shape[0], -1) for value in new], dim=1)
+        self.flat.index_copy_(0, index, packed.to(self.flat.dtype))
         self.frames_fed.index_add_(0, index, torch.full_like(fed, codes.shape[-1]))
         return pcm
 

@@ -86,8 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--codec-precision",
         choices=CODEC_PRECISIONS,
         default=DEFAULT_CODEC_PRECISION,
-        help="codec arithmetic on CUDA (the CPU always computes fp32): tf32 (the default, "
-        "~1e-3 of the peak), fp32 (IEEE) or bf16",
+        help="codec arithmetic on CUDA (the CPU always computes fp32): tf32 (the default: "
+        "TF32 convolutions and matrix products, ~1e-3 of the peak), fp32 (IEEE) or bf16",
     )
     serve.add_argument(
         "--codec-kernels",

@@ -20,7 +20,9 @@ Writes ``$OUT/codec_throughput.json``.
 
 ``--kernels`` adds ``precision:kernels`` variants (``--codec-kernels`` of
 ``serve``): ``snake`` (one Triton kernel per activation, CUDA) and
-``compiled`` (the whole step through torch.compile).
+``compiled`` (the whole step through torch.compile). A ``+nhwc`` suffix
+(``tf32:compiled+nhwc``) runs the convolutions on channels-last tensors
+(``CausalDac(channels_last=True)``, not a serving option yet).
 """
 
 from __future__ import annotations
@@ -96,7 +98,10 @@ def measure(
     utterance: tuple[torch.Tensor, torch.Tensor],
 ) -> None:
     codec.set_precision(precision)
-    slots = CodecSlots(codec, max(batches), graphs=True, kernels=kernels)
+    base, _, layout = kernels.partition("+")
+    slots = CodecSlots(
+        codec, max(batches), graphs=True, kernels=base, channels_last=layout == "nhwc"
+    )
     t = time.perf_counter()
     slots.warm_up()
     capture_s = time.perf_counter() - t

@@ -16,7 +16,7 @@ def test_writes_one_row_per_setting_with_consistent_rates_and_small_errors(
     tmp_path: Path,
 ) -> None:
     argv = ["--tiny", "--batches", "1,2", "--precisions", "fp32,tf32", "--error-frames", "12"]
-    argv += ["--kernels", "fp32:snake"]
+    argv += ["--kernels", "fp32:snake,fp32:eager+nhwc"]
     assert main([*argv, "--iters", "1", "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "codec_throughput.json").read_text())
     rows = report["results"]
@@ -27,6 +27,8 @@ def test_writes_one_row_per_setting_with_consistent_rates_and_small_errors(
         ("tf32", "eager", 2),
         ("fp32", "snake", 1),  # the Triton activation is CUDA's: eager arithmetic on the CPU
         ("fp32", "snake", 2),
+        ("fp32", "eager+nhwc", 1),  # the convolutions on channels-last tensors
+        ("fp32", "eager+nhwc", 2),
     ]
     for r in rows:
         assert r["ms_per_step"] > 0
@@ -35,7 +37,7 @@ def test_writes_one_row_per_setting_with_consistent_rates_and_small_errors(
             0.2 + 0.01 * r["audio_s_per_s"]
         )
     # the CPU computes fp32 whatever the precision: the streamed audio is the exact decode
-    assert set(report["errors"]) == {"fp32/eager", "tf32/eager", "fp32/snake"}
+    assert set(report["errors"]) == {"fp32/eager", "tf32/eager", "fp32/snake", "fp32/eager+nhwc"}
     assert all(0 <= e < 1e-5 for e in report["errors"].values())
 
 
@@ -47,6 +49,10 @@ def test_the_codec_profile_names_the_steps_operators(tmp_path: Path) -> None:
     table = (tmp_path / "codec_profile_2.txt").read_text()
     assert table.startswith("codec step, batch 2, 1 steps")
     assert "convolution" in table and "aten::sin" in table  # the layers and the activations
+    argv = ["--tiny", "--batch", "3", "--steps", "1", "--channels-last", "--out", str(tmp_path)]
+    assert profile(argv) == 0
+    table = (tmp_path / "codec_profile_3.txt").read_text()
+    assert "channels-last" in table.splitlines()[0] and "aten::conv2d" in table
     assert (tmp_path / "codec_profile_2.json.gz").stat().st_size > 0
 
 

@@ -103,27 +103,30 @@ def test_delay_is_the_right_paddings_summed_through_the_upsampling(
     assert 9 * HOP < core.delay <= 10 * HOP  # the +-10 frame receptive field
 
 
+# channels_last: the convolutions as conv2d over channels-last tensors (CausalDac)
+@pytest.mark.parametrize("channels_last", [False, True])
 @settings(max_examples=40, deadline=None)
 @given(grouping=groupings(), seed=st.integers(0, 2**16))
 def test_any_arrival_pattern_equals_whole_decode_f64(
-    codec64: CodecDecoder, grouping: tuple[int, list[int]], seed: int
+    codec64: CodecDecoder, channels_last: bool, grouping: tuple[int, list[int]], seed: int
 ) -> None:
     frames, groups = grouping
     codes = random_codes(frames, seed)
-    core = StreamingCodec(codec64, 2)
+    core = StreamingCodec(codec64, 2, channels_last=channels_last)
     out = streamed(core, 1, codes, groups)
     assert out.shape == (frames * HOP,)
     assert rel(out, whole(codec64, codes)) < EXACT_F64
 
 
+@pytest.mark.parametrize("channels_last", [False, True])
 @settings(max_examples=25, deadline=None)
 @given(grouping=groupings(), seed=st.integers(0, 2**16))
 def test_any_arrival_pattern_equals_whole_decode_fp32(
-    codec32: CodecDecoder, grouping: tuple[int, list[int]], seed: int
+    codec32: CodecDecoder, channels_last: bool, grouping: tuple[int, list[int]], seed: int
 ) -> None:
     frames, groups = grouping
     codes = random_codes(frames, seed)
-    out = streamed(StreamingCodec(codec32, 1), 0, codes, groups)
+    out = streamed(StreamingCodec(codec32, 1, channels_last=channels_last), 0, codes, groups)
     assert out.dtype == torch.float32
     assert rel(out, codec32.decode(codes[None])[0, 0]) < FP32_ROUNDING
 
@@ -416,3 +419,43 @@ def test_folded_activations_keep_the_stream_the_whole_decode(
     )
     out = streamed(core, 1, codes, groups)
     assert rel(out, whole(exact, codes)) < FP32_ROUNDING
+
+
+# in inference mode the convolutions reach the dispatcher as these (not decomposed)
+_CONVOLUTIONS = (
+    torch.ops.aten.conv1d.default,
+    torch.ops.aten.conv2d.default,
+    torch.ops.aten.convolution.default,
+)
+
+
+class _ConvolutionInputs(TorchDispatchMode):
+    """Records each convolution's input: its rank and whether it is channels-last."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inputs: list[tuple[int, bool]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in _CONVOLUTIONS:
+            x = args[0]
+            self.inputs.append((x.dim(), x.is_contiguous(memory_format=torch.channels_last)))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_channels_last_runs_every_convolution_on_channels_last_input(
+    codec32: CodecDecoder, channels_last: bool
+) -> None:
+    # the layout is what the option buys (cuDNN transposes anything else): check
+    # it is what the convolutions get, in a step and in a tail
+    core = StreamingCodec(codec32, 2, channels_last=channels_last)
+    core.reset([0, 1])
+    with _ConvolutionInputs() as mode:
+        core.step([0, 1], torch.randint(0, 1024, (2, 8, 2)))
+        core.peek([0, 1])
+    assert mode.inputs
+    if channels_last:
+        assert set(mode.inputs) == {(4, True)}
+    else:
+        assert {rank for rank, _ in mode.inputs} == {3}

@@ -6,9 +6,10 @@ size through the real-size codec with random weights, and writes the
 operators and kernels sorted by device time to ``$OUT/codec_profile_<B>.txt``
 (and a Chrome trace, gzipped). ``--tiny`` runs it on the CPU at tiny size
 (a smoke check of the script). ``--kernels compiled`` profiles the compiled
-step (uncaptured too: Inductor's fused kernels show by name).
+step (uncaptured too: Inductor's fused kernels show by name);
+``--channels-last``, the convolutions on channels-last tensors.
 
-    python -m bench.gpu.codec_profile --batch 256 [--steps 5] [--kernels compiled]
+    python -m bench.gpu.codec_profile --batch 256 [--steps 5] [--kernels compiled] [--channels-last]
 """
 
 from __future__ import annotations
@@ -34,13 +35,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--precision", default="tf32")
     ap.add_argument("--kernels", choices=CODEC_KERNELS, default="eager")
+    ap.add_argument("--channels-last", action="store_true")
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args(argv)
     codec = random_codec(args.precision, args.tiny)
     device, dims = codec.device, codec.dims
     cuda = device.type == "cuda"
-    slots = CodecSlots(codec, args.batch, kernels=args.kernels)
+    slots = CodecSlots(codec, args.batch, kernels=args.kernels, channels_last=args.channels_last)
     slots.warm_up()  # compiles (compiled kernels); no graphs: every kernel shows
     table = torch.randint(0, dims.codebook_size, (args.batch, 8, 8), device=device)
     table = table.to(torch.int16)
@@ -61,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     header = (
         f"codec step, batch {args.batch}, {args.steps} steps, precision {args.precision}, "
-        f"{torch.cuda.get_device_name() if cuda else 'cpu'}, {args.kernels} kernels (no graph)\n"
+        f"{torch.cuda.get_device_name() if cuda else 'cpu'}, {args.kernels} kernels"
+        f"{', channels-last' if args.channels_last else ''} (no graph)\n"
     )
     (out / f"codec_profile_{args.batch}.txt").write_text(header + table_text)
     trace = out / f"codec_profile_{args.batch}.json"

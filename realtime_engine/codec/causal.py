@@ -96,11 +96,18 @@ def _conv_delay(conv: nn.Conv1d) -> int:
 
 class CausalDac:
     """Streaming view of a :class:`DacDecoder` (shares its parameters).
-    ``fused``: the activations run as one compiled kernel each (CUDA)."""
+    ``fused``: the activations run as one compiled kernel each (CUDA).
+    ``channels_last``: the convolutions run as ``conv2d`` over channels-last
+    inputs and weights (cuDNN's TF32 kernels read that layout; given
+    ``[B, C, T]`` they transpose every input and output); an experiment until
+    measured, off by default."""
 
-    def __init__(self, dac: DacDecoder, fused: bool = False) -> None:
+    def __init__(self, dac: DacDecoder, fused: bool = False, channels_last: bool = False) -> None:
         self.dac = dac
         self.fused = fused
+        self.channels_last = channels_last
+        # per convolution module (or folded unit and side): its channels-last weight
+        self._nhwc: dict[tuple[int, int], torch.Tensor] = {}
         # 1 / alpha per activation, by module
         self._inverses: dict[int, torch.Tensor] = {}
         # Each foldable residual unit's convolutions with its second activation
@@ -209,6 +216,21 @@ class CausalDac:
             with torch.no_grad():
                 cached = torch.reciprocal(alpha.detach() + 1e-9)
             self._inverses[id(snake)] = cached
+        return cached
+
+    def nhwc_weight(self, owner: object, side: int, weight: torch.Tensor) -> torch.Tensor | None:
+        """``weight`` ``[O, I, K]`` as ``[O, I, 1, K]`` in channels-last memory, made once
+        per owner (a convolution, or a folded unit and its ``side``) and kept; None
+        unless :attr:`channels_last`. The first call must not be inside a CUDA
+        graph's capture (the streaming paths run a step eagerly first)."""
+        if not self.channels_last:
+            return None
+        key = (id(owner), side)
+        cached = self._nhwc.get(key)
+        if cached is None or cached.device != weight.device or cached.dtype != weight.dtype:
+            with torch.no_grad():
+                cached = weight.detach().unsqueeze(2).contiguous(memory_format=torch.channels_last)
+            self._nhwc[key] = cached
         return cached
 
     def step_mask(self, frames: int, device: torch.device) -> _StepMask:
@@ -383,9 +405,12 @@ class _Pass:
                 act(unit.snake2, self._conv_unmasked(unit.conv1, act(unit.snake1, x)))
             )
         else:
-            z = self._conv_unmasked(unit.conv1, act(unit.snake1, x), folded.weight1, folded.bias1)
+            z = self._conv_unmasked(
+                unit.conv1, act(unit.snake1, x), folded.weight1, folded.bias1, owner=folded
+            )
             s = torch.sin(z)
-            branch = F.conv1d(torch.addcmul(z, s, s), folded.weight2, unit.conv2.bias)
+            nhwc = self.net.nhwc_weight(folded, 2, folded.weight2)
+            branch = _conv1d(torch.addcmul(z, s, s), folded.weight2, unit.conv2.bias, 1, nhwc)
         cache = self._cached()  # the skip path's last ``lag`` inputs
         lag, n = cache.shape[-1], x.shape[-1]
         x = x.to(cache.dtype)
@@ -405,10 +430,12 @@ class _Pass:
         x: torch.Tensor,
         weight: torch.Tensor | None = None,
         bias: torch.Tensor | None = None,
+        owner: object | None = None,
     ) -> torch.Tensor:
         """Causal conv over [cache, x]; on the tail, right zero padding too.
         Outputs before the utterance's start are junk until masked.
-        ``weight``: instead of the layer's own (then ``bias`` too)."""
+        ``weight``: instead of the layer's own (then ``bias`` too, and the
+        ``owner`` its channels-last copy is kept for)."""
         delay = _conv_delay(conv)
         cache = self._cached()
         x = x.to(cache.dtype)
@@ -419,5 +446,22 @@ class _Pass:
         self.new.append(full[..., full.shape[-1] - cache.shape[-1] :])
         self.delay += delay
         if weight is None:
-            weight, bias = conv.weight, conv.bias
-        return F.conv1d(full, weight, bias, dilation=conv.dilation)
+            weight, bias, owner = conv.weight, conv.bias, conv
+        nhwc = self.net.nhwc_weight(owner, 1, weight)
+        return _conv1d(full, weight, bias, conv.dilation[0], nhwc)
+
+
+def _conv1d(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    dilation: int,
+    nhwc_weight: torch.Tensor | None,
+) -> torch.Tensor:
+    """``F.conv1d``; given ``nhwc_weight`` (``weight`` as ``[O, I, 1, K]``, channels-last),
+    a ``conv2d`` over the input made channels-last, whose output stays so
+    (``[B, O, T]`` with the channels innermost)."""
+    if nhwc_weight is None:
+        return F.conv1d(x, weight, bias, dilation=dilation)
+    x = x.unsqueeze(2).contiguous(memory_format=torch.channels_last)
+    return F.conv2d(x, nhwc_weight, bias, dilation=(1, dilation)).squeeze(2)

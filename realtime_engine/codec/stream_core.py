@@ -57,7 +57,9 @@ class StreamingCodec:
         device: str | torch.device | None = None,
         *,
         fused: bool = False,
+        channels_last: bool = False,
     ) -> None:
+        """``fused``, ``channels_last``: see :class:`~realtime_engine.codec.causal.CausalDac`."""
         if max_slots < 1:
             raise ValueError(f"max_slots must be >= 1; got {max_slots}")
         if device is not None and torch.device(device) != codec.device:
@@ -65,7 +67,7 @@ class StreamingCodec:
         self.codec = codec.eval()
         self.device = codec.device
         # fused activations: one compiled kernel each (CUDA; compiles on first use)
-        self.layers = CausalDac(codec.acoustic_decoder, fused=fused)
+        self.layers = CausalDac(codec.acoustic_decoder, fused=fused, channels_last=channels_last)
         self.max_slots = max_slots
         self.hop = codec.hop
         self.num_quantizers = codec.dims.num_quantizers

@@ -106,7 +106,8 @@ class CausalDac:
         self.dac = dac
         self.fused = fused
         self.channels_last = channels_last
-        # per convolution module (or folded unit and side): its channels-last weight
+        # per (module, side): a convolution's (side 0) or a folded unit's conv1 and
+        # conv2 (sides 1, 2) channels-last weight; modules live as long as this view
         self._nhwc: dict[tuple[int, int], torch.Tensor] = {}
         # 1 / alpha per activation, by module
         self._inverses: dict[int, torch.Tensor] = {}
@@ -218,10 +219,11 @@ class CausalDac:
             self._inverses[id(snake)] = cached
         return cached
 
-    def nhwc_weight(self, owner: object, side: int, weight: torch.Tensor) -> torch.Tensor | None:
+    def nhwc_weight(self, owner: nn.Module, side: int, weight: torch.Tensor) -> torch.Tensor | None:
         """``weight`` ``[O, I, K]`` as ``[O, I, 1, K]`` in channels-last memory, made once
-        per owner (a convolution, or a folded unit and its ``side``) and kept; None
-        unless :attr:`channels_last`. The first call must not be inside a CUDA
+        per ``owner`` module and ``side`` (a convolution's own weight: 0; a folded
+        residual unit's convolutions: 1 and 2) and kept; None unless
+        :attr:`channels_last`. The first call must not be inside a CUDA
         graph's capture (the streaming paths run a step eagerly first)."""
         if not self.channels_last:
             return None
@@ -406,10 +408,10 @@ class _Pass:
             )
         else:
             z = self._conv_unmasked(
-                unit.conv1, act(unit.snake1, x), folded.weight1, folded.bias1, owner=folded
+                unit.conv1, act(unit.snake1, x), folded.weight1, folded.bias1, owner=unit
             )
             s = torch.sin(z)
-            nhwc = self.net.nhwc_weight(folded, 2, folded.weight2)
+            nhwc = self.net.nhwc_weight(unit, 2, folded.weight2)
             branch = _conv1d(torch.addcmul(z, s, s), folded.weight2, unit.conv2.bias, 1, nhwc)
         cache = self._cached()  # the skip path's last ``lag`` inputs
         lag, n = cache.shape[-1], x.shape[-1]
@@ -430,12 +432,12 @@ class _Pass:
         x: torch.Tensor,
         weight: torch.Tensor | None = None,
         bias: torch.Tensor | None = None,
-        owner: object | None = None,
+        owner: nn.Module | None = None,
     ) -> torch.Tensor:
         """Causal conv over [cache, x]; on the tail, right zero padding too.
         Outputs before the utterance's start are junk until masked.
         ``weight``: instead of the layer's own (then ``bias`` too, and the
-        ``owner`` its channels-last copy is kept for)."""
+        folded unit ``owner`` its channels-last copy is kept for)."""
         delay = _conv_delay(conv)
         cache = self._cached()
         x = x.to(cache.dtype)
@@ -446,8 +448,11 @@ class _Pass:
         self.new.append(full[..., full.shape[-1] - cache.shape[-1] :])
         self.delay += delay
         if weight is None:
-            weight, bias, owner = conv.weight, conv.bias, conv
-        nhwc = self.net.nhwc_weight(owner, 1, weight)
+            weight, bias, owner, side = conv.weight, conv.bias, conv, 0
+        else:
+            assert owner is not None, "a weight of its own needs the unit it is kept for"
+            side = 1
+        nhwc = self.net.nhwc_weight(owner, side, weight)
         return _conv1d(full, weight, bias, conv.dilation[0], nhwc)
 
 

@@ -99,6 +99,8 @@ def measure(
 ) -> None:
     codec.set_precision(precision)
     base, _, layout = kernels.partition("+")
+    if layout not in ("", "nhwc"):
+        raise ValueError(f"unknown layout suffix {layout!r} in {kernels!r} (only +nhwc)")
     slots = CodecSlots(
         codec, max(batches), graphs=True, kernels=base, channels_last=layout == "nhwc"
     )

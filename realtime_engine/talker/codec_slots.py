@@ -60,6 +60,7 @@ from realtime_engine.format import (
     resolve_codec_kernels,
 )
 from realtime_engine.talker.compile_workers import parallel_compile
+from realtime_engine.talker.host_uploads import HostUploads
 from realtime_engine.talker.vllm_sampler_graphs import bucket_sizes
 
 logger = logging.getLogger("vllm.plugins.higgs_talker.codec")
@@ -127,6 +128,7 @@ class CodecSlots:
         )
         self.trash = slots  # never a talker slot: padded batch rows go here
         self.device = self.stream_codec.device
+        self._uploads = HostUploads(self.device)
         self.hop = self.stream_codec.hop
         self.delay = self.stream_codec.delay
         self.num_codebooks = self.stream_codec.num_quantizers
@@ -140,6 +142,7 @@ class CodecSlots:
             torch.cuda.Stream(self.device, priority=priority) if self._cuda else None
         )
         self._gathered: torch.cuda.Event | None = None  # the last gather, on its stream
+        self._gather_event = torch.cuda.Event() if self._cuda else None
         self._sizes = bucket_sizes(slots)
         if kernels == "compiled" and slots > 1:
             # a batch of 1 runs padded to 2: one dynamic trace serves every batch
@@ -257,7 +260,7 @@ class CodecSlots:
         """New streams start in ``slots`` (nothing of the previous ones survives);
         one launch per state buffer, however many slots."""
         with self.on_codec_stream():
-            self.stream_codec.reset(list(slots))
+            self.stream_codec.reset(self._host_index(list(slots)))
 
     def replay(
         self, slot: int, table: torch.Tensor, first_row: int, frames: int, keep: int
@@ -348,8 +351,11 @@ class CodecSlots:
             self.gather_stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(self.gather_stream):
             codes, index = self._gather_frame(table, slots, rows)
-            self._gathered = torch.cuda.Event()
-            self._gathered.record(self.gather_stream)
+            assert self._gather_event is not None
+            # one event, recorded again each step: every wait on it is enqueued
+            # before the next record, and a wait takes the record it sees
+            self._gather_event.record(self.gather_stream)
+            self._gathered = self._gather_event
         assert self.stream is not None
         # allocated on the gather stream, read on the codec stream
         codes.record_stream(self.stream)
@@ -449,11 +455,9 @@ class CodecSlots:
     # -- helpers ---------------------------------------------------------------------
 
     def _host_index(self, values: Sequence[object] | np.ndarray) -> torch.Tensor:
-        """Integers from the host on the device, through pinned memory without a wait."""
-        host = torch.from_numpy(np.asarray(values, dtype=np.int64))
-        if self._cuda:
-            host = host.pin_memory()
-        return host.to(self.device, non_blocking=True)
+        """Integers from the host on the device, through the pinned ring without a
+        wait (:class:`~realtime_engine.talker.host_uploads.HostUploads`)."""
+        return self._uploads.upload(values)
 
     def _gather_frame(
         self, table: torch.Tensor, slots: Sequence[int], rows: Sequence[int]

@@ -236,25 +236,27 @@ class SlotCodec:
         wait for the current stream; ``written_by``: they are once that event
         completes (:meth:`CodecSlots.step`)."""
         self._apply_resets()
+        streams = self._streams
         work = []
+        # Every step runs this over every stream: plain attribute arithmetic, no
+        # properties (frame ``t`` is complete once row ``t + DELAY_ROWS`` is in).
         for key in sorted(self._feeding):  # sorted: the same batches every time
-            stream = self._streams[key]
+            stream = streams[key]
             if stream.replay:
                 self._replay(stream, table)
-            if stream.available > stream.fed:
+            if stream.rows - DELAY_ROWS > stream.fed:
                 work.append(stream)
         self._feeding.clear()
         while work:
-            self.device_codec.step(
-                [s.slot for s in work],
-                [s.base + s.fed for s in work],
-                table,
-                rows_written=rows_written,
-                written_by=written_by,
-            )
+            slots, rows = [], []
             for s in work:
+                slots.append(s.slot)
+                rows.append(s.base + s.fed)
                 s.fed += 1
-            work = [s for s in work if s.available > s.fed]
+            self.device_codec.step(
+                slots, rows, table, rows_written=rows_written, written_by=written_by
+            )
+            work = [s for s in work if s.rows - DELAY_ROWS > s.fed]
 
     def _replay(self, stream: SlotStream, table: torch.Tensor) -> None:
         stream.replay = False

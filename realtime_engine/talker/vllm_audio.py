@@ -412,25 +412,28 @@ class VllmAudio:
             self._statuses.popleft()
             now = time.perf_counter()
             values = status.host.tolist()
+            # Every step runs this over every request: lookups bound once.
+            attached_of, detached_of = self.codec.get, self._detached.get
+            advance, assumed = self.codec.advance, self._assumed
             for key, (valid, done, index) in zip(status.keys, values, strict=True):
                 if key is None:
                     continue
-                attached = self.codec.get(key)
-                stream = attached or self._detached.get(key)
-                if self._assumed:
+                attached = attached_of(key)
+                stream = attached or detached_of(key)
+                if assumed:
                     self._decide(key, stream, status, (valid, done, index))
                 if stream is None or not valid:
                     continue
-                detached = attached is None
-                if index == 0:
-                    stream.stamps.setdefault("first_row", now)
-                if index == NUM_CODEBOOKS - 1:  # codebook 7 of frame 0 arrives here
-                    stream.stamps.setdefault("first_frame_row", now)
-                if detached:  # a preempted request's last rows: kept for its return
+                if index < NUM_CODEBOOKS:
+                    if index == 0:
+                        stream.stamps.setdefault("first_row", now)
+                    if index == NUM_CODEBOOKS - 1:  # codebook 7 of frame 0 arrives here
+                        stream.stamps.setdefault("first_frame_row", now)
+                if attached is None:  # a preempted request's last rows: kept for its return
                     stream.rows = max(stream.rows, index + 1)
                     stream.final = stream.final or bool(done)
                 else:
-                    self.codec.advance(key, index + 1, bool(done))
+                    advance(key, index + 1, bool(done))
 
     def _decode_due(self, *, rows_written: bool = True) -> None:
         """``rows_written``: only rows of statuses whose event completed were

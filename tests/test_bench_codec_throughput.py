@@ -133,3 +133,23 @@ def test_the_warm_up_bench_times_a_cold_compile_per_worker_count(tmp_path: Path)
     assert lines[0] == "slots 2, precision tf32, tiny True"
     workers, seconds = lines[-1].split(" | ")
     assert workers == "2" and float(seconds) > 0  # a time, not a failure
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_the_audio_host_bench_times_the_hooks_of_streams_that_end_and_restart(
+    tmp_path: Path,
+) -> None:
+    from bench.gpu.audio_host import main as audio_host
+
+    argv = ["--tiny", "--kernels", "eager", "--slots", "4", "--frames", "6", "--steps", "30"]
+    argv += ["--warmup", "5", "--host-ms", "0", "--breakdown", "--out", str(tmp_path)]
+    assert audio_host(argv) == 0
+    report = json.loads((tmp_path / "audio_host.json").read_text())
+    assert report["ended"] >= 4 and report["streams"] == report["ended"] + 4  # slots refilled
+    spent = report["host_ms_per_step"]
+    assert spent["after_step"] > 0 and spent["remove"] > 0 and spent["open"] > 0
+    parts = report["breakdown_ms_and_calls_per_step"]
+    # at most one codec step an engine step (none while no frame is complete),
+    # and the chunks were cut and queued
+    assert 0 < parts["CodecSlots.step"][1] <= 1.0
+    assert parts["VllmAudio._decode"][1] > 0 and parts["CodecSlots.chunks"][0] > 0

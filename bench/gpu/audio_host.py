@@ -254,6 +254,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if profiler is not None:
         profiler.disable()
     elapsed = time.perf_counter() - measured_from
+    audio._pusher.close()  # its sockets and context: nothing is left to send
     if cuda:
         torch.cuda.synchronize()
     per_step = {hook: round(1000 * s / args.steps, 3) for hook, s in clock.spent.items()}

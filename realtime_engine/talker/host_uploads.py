@@ -54,30 +54,28 @@ class HostUploads:
         # streams that copied from the current part; events guarding each part
         self._readers: dict[torch.cuda.Stream, None] = {}
         self._guards: list[list[torch.cuda.Event]] = [[] for _ in range(parts)]
-        self._ring: torch.Tensor | None = None
-        self._ring_np: np.ndarray | None = None
+        # the ring, and a numpy view of it to write into
+        self._ring: tuple[torch.Tensor, np.ndarray] | None = None
         if self._cuda if ring is None else ring:
-            self._ring = torch.empty(
-                self._part_len * parts, dtype=torch.int64, pin_memory=self._cuda
-            )
-            self._ring_np = self._ring.numpy()
+            memory = torch.empty(self._part_len * parts, dtype=torch.int64, pin_memory=self._cuda)
+            self._ring = (memory, memory.numpy())
 
     def upload(self, values: Sequence[object] | np.ndarray) -> torch.Tensor:
         """``values`` as an int64 tensor on the device, shape kept; on CUDA the
         copy is enqueued on the current stream and the host never waits for it."""
         array = np.asarray(values, dtype=np.int64)
         n = array.size
-        if self._ring is None or self._ring_np is None or n > self._part_len:
-            host = torch.from_numpy(array.copy())
-            if self._cuda:  # larger than a part: pinned for this call alone
-                host = host.pin_memory()
-            return host.to(self.device, non_blocking=self._cuda)
+        if self._ring is None or n > self._part_len:
+            if self._cuda:  # larger than a part: pinned (a copy) for this call alone
+                return torch.from_numpy(array).pin_memory().to(self.device, non_blocking=True)
+            return torch.from_numpy(array.copy()).to(self.device)  # never the caller's memory
         if self._at + n > self._part_len:
             self._next_part()
+        memory, writable = self._ring
         start = self._part * self._part_len + self._at
-        self._ring_np[start : start + n] = array.ravel()
+        writable[start : start + n] = array.ravel()
         self._at += n
-        host = self._ring[start : start + n].view(array.shape)
+        host = memory[start : start + n].view(array.shape)
         if not self._cuda:
             return host.clone()
         self._readers[torch.cuda.current_stream(self.device)] = None

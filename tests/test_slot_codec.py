@@ -540,23 +540,28 @@ def test_the_compiled_whole_tail_gives_the_eager_edges_from_one_trace(codec: Cod
         max_size=SLOTS,
         unique_by=lambda p: p[0],
     ),
+    padding=st.integers(0, 3),
     seed=st.integers(0, 2**16),
 )
 def test_a_frames_codes_by_flat_offsets_are_the_indexed_ones(
-    codec: CodecDecoder, picks: list[tuple[int, int]], seed: int
+    codec: CodecDecoder, picks: list[tuple[int, int]], padding: int, seed: int
 ) -> None:
     """The step's gather (one ``take`` of host-computed offsets, cleaned in the
     step) reads what indexing ``[slot, row + c, c]`` reads, rows past the table's
-    end clamped the same way, for BOC/EOC and garbage alike."""
+    end clamped the same way, for BOC/EOC and garbage alike; the rows that pad it
+    to its bucket address the trash slot."""
     slots = CodecSlots(codec, SLOTS)
     generator = torch.Generator().manual_seed(seed)
     table = torch.randint(-2, 1030, (SLOTS, POSITIONS, 8), dtype=torch.int16, generator=generator)
     which, rows = [p[0] for p in picks], [p[1] for p in picks]
-    raw, index = slots._gather_frame(table, which, rows)
+    b = len(which)
+    raw, index = slots._gather_frame(table, which, rows, b + padding)
+    assert raw.shape == (b + padding, 8, 1)
     indexed, expected_index = slots._gather(table, which, rows, 1)
     cleaned = torch.where((raw < 0) | (raw >= CODEBOOK_SIZE), 0, raw).long()
-    assert torch.equal(cleaned, indexed)
-    assert torch.equal(index, expected_index)
+    assert torch.equal(cleaned[:b], indexed)
+    assert torch.equal(index[:b], expected_index)
+    assert index[b:].tolist() == [slots.trash] * padding
 
 
 @pytest.mark.parametrize(("option", "value"), [("kernels", "fast"), ("stream_priority", "urgent")])

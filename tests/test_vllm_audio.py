@@ -601,3 +601,36 @@ def test_steps_without_audio_requests_are_not_counted(codec: CodecDecoder) -> No
     ).packed()
     audio.after_step(packed, [None, None])
     assert audio.steps.steps == 0
+
+
+def test_statuses_reuse_their_host_buffers_except_those_read_later(
+    codec: CodecDecoder, inbox: Inbox
+) -> None:
+    """Each step's status lands in a host buffer used again once the status is
+    applied, so a long run makes a buffer or two. A status that a chunk cut ahead
+    depends on is read again by the sender: its buffer is never reused, and its
+    values survive every later step."""
+    table = torch.randint(0, 1026, (SLOTS, POSITIONS, 8), dtype=torch.int16)  # stale garbage
+    audio, events = gated_audio(codec, table)
+    rows = apply_delay(np.random.default_rng(23).integers(0, 1024, size=(60, 8)))
+    audio.open(args("k", inbox.receiver.endpoint, get_preset("exact")), 0, PROMPT)
+    stream = audio.codec.get("k")
+    assert stream is not None
+    due = stream.next_rows
+    step_status(audio, table, "k", 0, 0, rows)
+    events[0].complete()
+    for i in range(1, due):
+        step_status(audio, table, "k", 0, i, rows)
+    assumed = audio._assumed["k"]  # the first chunk was cut ahead of these statuses
+    deciding = assumed.host.clone()
+    for event in events:
+        event.complete()
+    made = audio._buffers.made
+    for i in range(due, len(rows)):  # statuses of the same size, landing at once
+        step_status(audio, table, "k", 0, i, rows, done=i == len(rows) - 1)
+        events[-1].complete()
+    assert torch.equal(assumed.host, deciding)
+    assert audio._buffers.made <= made + 2  # reused: not a buffer a step
+    audio.remove("k")
+    inbox.wait_for(1)
+    assert close_to_peak(inbox.audio("k"), offline(codec, rows))

@@ -208,8 +208,8 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
         settle()
         sc.feed(table, rows_written=True)
         for batch in sc.batches(sc.due()):
-            pcm = sc.decode(batch)
             with sc.on_codec_stream():
+                pcm = sc.decode(batch)
                 host = torch.empty(pcm.shape, dtype=pcm.dtype, pin_memory=cuda)
                 host.copy_(pcm, non_blocking=cuda)
                 event = None

@@ -41,7 +41,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
@@ -61,6 +62,7 @@ from realtime_engine.format import (
 )
 from realtime_engine.talker.compile_workers import parallel_compile
 from realtime_engine.talker.host_uploads import HostUploads
+from realtime_engine.talker.stream_switch import OnStream, device_index
 from realtime_engine.talker.vllm_sampler_graphs import bucket_sizes
 
 logger = logging.getLogger("vllm.plugins.higgs_talker.codec")
@@ -128,6 +130,7 @@ class CodecSlots:
         )
         self.trash = slots  # never a talker slot: padded batch rows go here
         self.device = self.stream_codec.device
+        self._index = device_index(self.device) if self._cuda else -1
         self._uploads = HostUploads(self.device)
         self.hop = self.stream_codec.hop
         self.delay = self.stream_codec.delay
@@ -159,6 +162,8 @@ class CodecSlots:
         self._books = torch.arange(self.num_codebooks, device=self.device)
         self._books_np = np.arange(self.num_codebooks, dtype=np.int64)
         self._hop_range = torch.arange(self.hop, device=self.device)
+        # sample offsets within a chunk (a chunk never spans more than the ring)
+        self._positions = torch.arange(self.ring_len, device=self.device)
         # Whole tails (every stream's last chunk) from static buffers, per bucket.
         self._bucket_tails = self._want_graphs if bucket_tails is None else bucket_tails
         self._tail_sizes = [s for s in self._sizes if s <= TAIL_BATCH] or self._sizes[:1]
@@ -180,14 +185,11 @@ class CodecSlots:
             self._advance_fn = torch.compile(self._advance, fullgraph=True, dynamic=None)
             self._tail_fn = torch.compile(self._whole_tail, fullgraph=True, dynamic=None)
 
-    @contextlib.contextmanager
-    def on_codec_stream(self) -> Iterator[None]:
+    def on_codec_stream(self) -> AbstractContextManager[None]:
         """Run the enclosed device work on the codec stream (inline on CPU)."""
         if self.stream is None:
-            yield
-            return
-        with torch.cuda.stream(self.stream):
-            yield
+            return contextlib.nullcontext()
+        return OnStream(self.stream, self._index)
 
     # -- set-up ---------------------------------------------------------------------
 
@@ -309,16 +311,14 @@ class CodecSlots:
             return
         padded = self._graphs or self.kernels == "compiled"
         size = next(s for s in self._sizes if s >= b) if padded else b
-        codes, index = self._gather_on_side(table, slots, rows, rows_written, written_by)
+        codes, index = self._gather_on_side(table, slots, rows, size, rows_written, written_by)
         with self.on_codec_stream():
             self._wait(self._gathered)
             # the static inputs are written on the codec stream: after the last
-            # step read them, with no wait on the talker's stream
-            self._codes_in[:b].copy_(codes)
-            self._slot_in[:b].copy_(index)
-            if size > b:
-                self._slot_in[b:size].fill_(self.trash)
-                self._codes_in[b:size].zero_()
+            # step read them, with no wait on the talker's stream (padding rows
+            # included: they address the trash slot)
+            self._codes_in[:size].copy_(codes)
+            self._slot_in[:size].copy_(index)
             graph = self._graphs.get(size)
             if graph is not None:
                 graph.replay()
@@ -330,13 +330,14 @@ class CodecSlots:
         the talker writes rows into a slot whose previous request may still be
         read (admission; cheap, the gather stream does nothing else)."""
         if self._gathered is not None:
-            torch.cuda.current_stream(self.device).wait_event(self._gathered)
+            torch.cuda.current_stream(self._index).wait_event(self._gathered)
 
     def _gather_on_side(
         self,
         table: torch.Tensor,
         slots: Sequence[int],
         rows: Sequence[int],
+        size: int,
         written: bool,
         written_by: Any,
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -344,13 +345,13 @@ class CodecSlots:
         to be ``written``, after ``written_by`` or else the current stream's work
         so far."""
         if self.gather_stream is None:
-            return self._gather_frame(table, slots, rows)
+            return self._gather_frame(table, slots, rows, size)
         if not written and written_by is not None:
             self.gather_stream.wait_event(written_by)
         elif not written:
-            self.gather_stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(self.gather_stream):
-            codes, index = self._gather_frame(table, slots, rows)
+            self.gather_stream.wait_stream(torch.cuda.current_stream(self._index))
+        with OnStream(self.gather_stream, self._index):
+            codes, index = self._gather_frame(table, slots, rows, size)
             assert self._gather_event is not None
             # one event, recorded again each step: every wait on it is enqueued
             # before the next record, and a wait takes the record it sees
@@ -398,20 +399,30 @@ class CodecSlots:
         samples, its edge is decoded as if the stream ended after its last fed
         frame; chunks that need that are best grouped by ``960 fed - end``."""
         n = len(slots)
-        length = max(e - s for s, e in zip(starts, ends, strict=True))
-        committed = [f * self.hop - self.delay for f in fed]
+        hop, ring_len = self.hop, self.ring_len
+        length = max(max(e - s for s, e in zip(starts, ends, strict=True)), 0)
+        committed = [f * hop - self.delay for f in fed]
         peek = max(e - c for e, c in zip(ends, committed, strict=True))
-        meta = self._host_index([list(slots), list(starts), committed])
-        index, start, commit = meta[0], meta[1], meta[2]
+        # Every chunk batch runs this: one upload and four kernels without an edge.
+        # Per chunk: its ring row's offset, first sample, first uncommitted sample, slot.
+        meta = self._host_index(
+            np.array([[s * ring_len for s in slots], starts, committed, slots]).reshape(4, n, 1)
+        )
+        base, start, commit, index = meta.unbind(0)
         # the edge first: its kernels are most of a chunk's device time
-        edge = self._peek(index, peek) if peek > 0 else None  # [n, peek] from ``commit``
-        sample = start[:, None] + torch.arange(max(length, 0), device=self.device)
-        out = self.ring[index[:, None], sample % self.ring_len]
+        edge = self._peek(index.view(n), peek) if peek > 0 else None  # [n, peek] from ``commit``
+        positions = self._positions
+        sample = start + (
+            positions[:length]
+            if length <= positions.shape[0]
+            else torch.arange(length, device=self.device)
+        )
+        out = torch.take(self.ring, base + sample % ring_len)
         if edge is not None:
-            edge = edge.to(out.dtype)
-            at = (sample - commit[:, None]).clamp(0, peek - 1)
-            out = torch.where(sample < commit[:, None], out, torch.gather(edge, 1, at))
-        assert out.shape[0] == n
+            if edge.dtype != out.dtype:
+                edge = edge.to(out.dtype)
+            at = (sample - commit).clamp_(0, peek - 1)
+            out = torch.where(sample < commit, out, torch.gather(edge, 1, at))
         return out
 
     def _peek(self, index: torch.Tensor, samples: int) -> torch.Tensor:
@@ -460,11 +471,12 @@ class CodecSlots:
         return self._uploads.upload(values)
 
     def _gather_frame(
-        self, table: torch.Tensor, slots: Sequence[int], rows: Sequence[int]
+        self, table: torch.Tensor, slots: Sequence[int], rows: Sequence[int], size: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Raw codes ``[b, Q, 1]`` (the table's dtype, uncleaned: :meth:`_advance`
+        """Raw codes ``[size, Q, 1]`` (the table's dtype, uncleaned: :meth:`_advance`
         cleans them) of one frame per slot, codebook ``c`` at table row ``rows[i] + c``
-        of slot ``slots[i]``, and the slots as a device index.
+        of slot ``slots[i]``, and the slots as a device index; rows past
+        ``len(slots)`` are padding (the trash slot, codes of table element 0).
 
         Every step runs this, so its host side is one copy up and one kernel:
         the flat table offsets are computed on the host (numpy) and taken in
@@ -472,12 +484,19 @@ class CodecSlots:
         a dozen launches."""
         b, books = len(slots), self.num_codebooks
         positions = table.shape[1]
-        slot = np.asarray(slots, dtype=np.int64)
+        slot = np.full(size, self.trash, dtype=np.int64)
+        slot[:b] = slots
+        flat = np.zeros((size, books), dtype=np.int64)
         pos = np.clip(np.asarray(rows, dtype=np.int64)[:, None] + self._books_np, 0, positions - 1)
-        flat = (slot[:, None] * positions + pos) * books + self._books_np
+        flat[:b] = (slot[:b, None] * positions + pos) * books + self._books_np
         meta = self._host_index(np.concatenate([flat.ravel(), slot]))
-        codes = torch.take(table, meta[: b * books].to(table.device)).view(b, books, 1)
-        return codes.to(self.device), meta[b * books :]
+        offsets = meta[: size * books]
+        if offsets.device != table.device:
+            offsets = offsets.to(table.device)
+        codes = torch.take(table, offsets).view(size, books, 1)
+        if codes.device != self.device:
+            codes = codes.to(self.device)
+        return codes, meta[size * books :]
 
     def _gather(
         self, table: torch.Tensor, slots: Sequence[int], rows: Sequence[int], frames: int

@@ -22,6 +22,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from realtime_engine.talker.stream_switch import device_index
+
 # Elements (int64) in the ring and the parts it is cut into. An engine step at
 # 256 streams uploads about 2,400 values: a lap is about 50 steps.
 RING_ELEMENTS = 1 << 17
@@ -46,6 +48,7 @@ class HostUploads:
             raise ValueError("need at least two parts of at least one element")
         self.device = device
         self._cuda = device.type == "cuda"
+        self._index = device_index(device) if self._cuda else -1
         self._part_len = elements // parts
         self._parts = parts
         self._part = 0  # the part being written
@@ -78,7 +81,7 @@ class HostUploads:
         host = memory[start : start + n].view(array.shape)
         if not self._cuda:
             return host.clone()
-        self._readers[torch.cuda.current_stream(self.device)] = None
+        self._readers[torch.cuda.current_stream(self._index)] = None
         return host.to(self.device, non_blocking=True)
 
     def _next_part(self) -> None:

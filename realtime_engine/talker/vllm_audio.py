@@ -53,6 +53,7 @@ from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.format import DEFAULT_CODEC_KERNELS, DEFAULT_CODEC_STREAM_PRIORITY
 from realtime_engine.talker.chunk_ahead import AssumedRows, refutes
 from realtime_engine.talker.device_watchdog import DeviceWatchdog, process_watchdog
+from realtime_engine.talker.pinned_buffers import PinnedBuffer, PinnedBuffers
 from realtime_engine.talker.slot_codec import ChunkPlan, SlotCodec, SlotStream
 from realtime_engine.talker.types import MAX_RETURNED_ROWS, NUM_CODEBOOKS
 from realtime_engine.talker.vllm_protocol import PcmHeader, StepStats, TalkerArgs
@@ -116,6 +117,10 @@ class _Status:
     event: StepEvent | None
     host: torch.Tensor  # [B, 3] int64: valid, done, row index
     keys: list[str | None]  # audio request per batch row
+    # The pinned buffer ``host`` lives in (CUDA), given back once applied unless
+    # ``kept``: a watcher or an assumption reads it later.
+    buffer: PinnedBuffer | None = None
+    kept: bool = False
 
 
 @dataclass(frozen=True)
@@ -143,6 +148,7 @@ class _Outgoing:
     stats: StepStats | None = None  # step counters for every endpoint instead
     # Per plan: the rows its chunk assumed (sent only if they held), or None.
     assumed: list[AssumedRows | None] | None = None
+    buffer: PinnedBuffer | None = None  # where ``host`` lives: given back once sent
 
 
 class VllmAudio:
@@ -188,6 +194,8 @@ class VllmAudio:
         self._statuses: deque[_Status] = deque()
         self._args: dict[str, TalkerArgs] = {}
         self._pusher = RowPusher()
+        # statuses' and chunks' host memory and events, made once and reused
+        self._buffers = PinnedBuffers(cuda=self._cuda)
         self._outgoing: queue.Queue[_Outgoing] = queue.Queue(maxsize=_QUEUE_BATCHES)
         self._watchdog = watchdog
         self.steps = StepCounter(clock)
@@ -273,16 +281,16 @@ class VllmAudio:
             ahead = False
             if batch:
                 self._count_step(batch)
-                status = packed[:, NUM_CODEBOOKS:].contiguous()
-                if self._cuda:
-                    host = torch.empty(status.shape, dtype=status.dtype, pin_memory=True)
-                    host.copy_(status, non_blocking=True)
-                    event = torch.cuda.Event()
-                    event.record()
-                    self._statuses.append(_Status(event, host, keys))
-                else:
-                    late = self._step_event() if self._step_event is not None else None
-                    self._statuses.append(_Status(late, status.clone(), keys))
+                status = packed[:, NUM_CODEBOOKS:]
+                buffer = self._buffers.take(status.numel(), status.dtype)
+                host = buffer.view(tuple(status.shape))
+                host.copy_(status, non_blocking=self._cuda)
+                event: StepEvent | None = buffer.event
+                if buffer.event is not None:
+                    buffer.event.record()
+                elif self._step_event is not None:
+                    event = self._step_event()
+                self._statuses.append(_Status(event, host, keys, buffer))
                 pending = self._statuses[-1]
                 self._settle()
                 if batch <= WATCH_MAX_BATCH and self._statuses and self._statuses[-1] is pending:
@@ -332,6 +340,7 @@ class VllmAudio:
                 first_planned_at=stream.first_planned_at,
             )
             counts.append((stream.key, rows))
+            status.kept = True  # the sender reads it to check the assumption
         if earlier is not None and earlier.event is not None and counts:
             # frames the earlier steps complete wait for those steps only, so
             # they decode while the newest step still runs
@@ -379,6 +388,7 @@ class VllmAudio:
             if stream is None or stream.emitted > 0 or stream.ended:
                 continue
             if stream.rows + pending >= stream.next_rows:
+                status.kept = True  # the watcher waits for its event
                 engine_stream = torch.cuda.current_stream(self.device) if self._cuda else None
                 self._watched.put(_Watch(status.event, engine_stream))
                 return
@@ -412,9 +422,11 @@ class VllmAudio:
             self._statuses.popleft()
             now = time.perf_counter()
             values = status.host.tolist()
+            if status.buffer is not None and not status.kept:
+                self._buffers.give_back(status.buffer)
             # Every step runs this over every request: lookups bound once.
             attached_of, detached_of = self.codec.get, self._detached.get
-            advance, assumed = self.codec.advance, self._assumed
+            advance, assumed = self.codec.advance_stream, self._assumed
             for key, (valid, done, index) in zip(status.keys, values, strict=True):
                 if key is None:
                     continue
@@ -433,7 +445,7 @@ class VllmAudio:
                     stream.rows = max(stream.rows, index + 1)
                     stream.final = stream.final or bool(done)
                 else:
-                    advance(key, index + 1, bool(done))
+                    advance(attached, index + 1, bool(done))
 
     def _decode_due(self, *, rows_written: bool = True) -> None:
         """``rows_written``: only rows of statuses whose event completed were
@@ -466,14 +478,19 @@ class VllmAudio:
             return
         with self.codec.on_codec_stream():
             pcm = self.codec.decode(plans)
-            host = torch.empty(pcm.shape, dtype=torch.float32, pin_memory=True)
+            buffer = self._buffers.take(pcm.numel(), torch.float32)
+            host = buffer.view(tuple(pcm.shape))
             host.copy_(pcm, non_blocking=True)
-            done = torch.cuda.Event()
-            done.record()
-        self._queue(plans, done, host)
+            assert buffer.event is not None
+            buffer.event.record()
+        self._queue(plans, buffer.event, host, buffer)
 
     def _queue(
-        self, plans: list[ChunkPlan], event: torch.cuda.Event | None, pcm: torch.Tensor | None
+        self,
+        plans: list[ChunkPlan],
+        event: torch.cuda.Event | None,
+        pcm: torch.Tensor | None,
+        buffer: PinnedBuffer | None = None,
     ) -> None:
         endpoints, stamps = [], []
         rows: list[torch.Tensor | None] = []
@@ -501,6 +518,7 @@ class VllmAudio:
                 rows=rows,
                 rows_event=rows_event,
                 assumed=assumed if any(a is not None for a in assumed) else None,
+                buffer=buffer,
             )
         )
 
@@ -600,3 +618,6 @@ class VllmAudio:
                 self._push(item)
             except Exception:
                 logger.exception("sending talker audio failed")
+            # its copy completed and the PCM is sent (a failed wait keeps it out)
+            if item.buffer is not None and (item.event is None or item.event.query()):
+                self._buffers.give_back(item.buffer)

@@ -153,3 +153,18 @@ def test_the_audio_host_bench_times_the_hooks_of_streams_that_end_and_restart(
     # and the chunks were cut and queued
     assert 0 < parts["CodecSlots.step"][1] <= 1.0
     assert parts["VllmAudio._decode"][1] > 0 and parts["CodecSlots.chunks"][0] > 0
+
+
+def test_the_audio_host_bench_runs_large_steps_through_the_decode_thread(
+    tmp_path: Path,
+) -> None:
+    """``--decode-thread`` above the watcher's batch: on the CPU a status is on the
+    host at once, so the hand-over decodes inline, and streams still end."""
+    from bench.gpu.audio_host import main as audio_host
+
+    argv = ["--tiny", "--kernels", "eager", "--slots", "12", "--frames", "6", "--steps", "30"]
+    argv += ["--warmup", "5", "--host-ms", "0", "--decode-thread", "--out", str(tmp_path)]
+    assert audio_host(argv) == 0
+    report = json.loads((tmp_path / "audio_host.json").read_text())
+    assert report["decode_thread"] is True
+    assert report["ended"] >= 12 and report["streams"] == report["ended"] + 12

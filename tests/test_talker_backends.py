@@ -149,6 +149,16 @@ def test_the_sampler_is_compiled_unless_the_engine_config_says_not() -> None:
         sampler_compiled(config({SAMPLER_CONFIG_KEY: {"compiled": "false"}}))
 
 
+def test_the_decode_thread_is_off_unless_the_codec_options_say_true() -> None:
+    from realtime_engine.talker.vllm_state import decode_thread_option
+
+    assert not decode_thread_option({})
+    assert decode_thread_option({"decode_thread": True})
+    assert not decode_thread_option({"decode_thread": False})
+    with pytest.raises(ValueError, match="must be true or false"):
+        decode_thread_option({"decode_thread": "yes"})
+
+
 def test_the_engine_runs_without_cublas_workspaces_unless_told_otherwise(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

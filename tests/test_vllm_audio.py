@@ -28,7 +28,7 @@ from realtime_engine.codec.layout import CodecDims, random_codec_state_dict
 from realtime_engine.codec.presets import get_preset
 from realtime_engine.engines.base import ChunkingParams
 from realtime_engine.format import NUM_CODEBOOKS
-from realtime_engine.talker.vllm_audio import VllmAudio
+from realtime_engine.talker.vllm_audio import WATCH_MAX_BATCH, VllmAudio
 from realtime_engine.talker.vllm_protocol import (
     Event,
     FailureEvent,
@@ -634,3 +634,77 @@ def test_statuses_reuse_their_host_buffers_except_those_read_later(
     audio.remove("k")
     inbox.wait_for(1)
     assert close_to_peak(inbox.audio("k"), offline(codec, rows))
+
+
+def decode_thread_session(
+    codec: CodecDecoder, inbox: Inbox, decode_thread: bool
+) -> tuple[dict[str, np.ndarray], list[GatedStep]]:
+    """``WATCH_MAX_BATCH + 2`` requests of different lengths (so the batch falls
+    below it near the end) over gated statuses; with ``decode_thread``, checks
+    that the engine's thread decodes nothing of the large steps. The audio of
+    each request, and the step events."""
+    events: list[GatedStep] = []
+
+    def gated() -> GatedStep:
+        events.append(GatedStep())
+        if not decode_thread:  # the engine's thread decodes: statuses land at once
+            events[-1].complete()
+        return events[-1]
+
+    n = WATCH_MAX_BATCH + 2
+    table = torch.zeros((n, POSITIONS, 8), dtype=torch.int16)
+    audio = VllmAudio(
+        codec,
+        table,
+        step_event=gated,
+        watch_first_chunks=False,
+        first_chunks_ahead=False,
+        decode_thread=decode_thread,
+    )
+    rng = np.random.default_rng(31)
+    utterances = {f"d{i}": apply_delay(rng.integers(0, 1024, size=(24 + i, 8))) for i in range(n)}
+    keys = list(utterances)
+    for slot, key in enumerate(keys):
+        audio.open(args(key, inbox.receiver.endpoint, get_preset("exact")), slot, PROMPT)
+    first = min(len(rows) for rows in utterances.values())
+    for i in range(first):
+        ends = [i == len(utterances[k]) - 1 for k in keys]
+        step(audio, table, [(k, s, i, utterances[k], ends[s]) for s, k in enumerate(keys)])
+        audio.poll()
+    if decode_thread:
+        assert all(s.rows == 0 for k in keys if (s := audio.codec.get(k)) is not None)
+        assert not inbox.events
+        for event in events:  # the device catches up; the engine's thread does nothing
+            event.complete()
+        with inbox._lock:  # every request's first chunk, sent by the watcher alone
+            assert inbox._lock.wait_for(
+                lambda: {e.correlation_id for e in inbox.events} == set(keys), timeout=10
+            )
+    for i in range(first, max(len(rows) for rows in utterances.values())):
+        live = [(k, s) for s, k in enumerate(keys) if i < len(utterances[k])]
+        step(audio, table, [(k, s, i, utterances[k], i == len(utterances[k]) - 1) for k, s in live])
+        events[-1].complete()
+    for key in keys:
+        audio.remove(key)
+    inbox.wait_for(n)
+    return {key: inbox.audio(key) for key in keys}, events
+
+
+def test_a_decode_thread_applies_large_batches_statuses_off_the_engines_thread(
+    codec: CodecDecoder, inbox: Inbox
+) -> None:
+    """With ``decode_thread``, a step of more than ``WATCH_MAX_BATCH`` requests
+    leaves its status to the watcher: the engine's thread neither applies it nor
+    decodes (not even when it polls), and the watcher sends the audio once the
+    statuses land, with no call from the engine's thread. Removing the requests
+    still sends their final chunks at once, and every request's audio is the
+    same, sample for sample, as when the engine's thread decodes it."""
+    threaded, _ = decode_thread_session(codec, inbox, decode_thread=True)
+    other = Inbox()
+    try:
+        inline, _ = decode_thread_session(codec, other, decode_thread=False)
+    finally:
+        other.receiver.close()
+    assert threaded.keys() == inline.keys()
+    for key, pcm in threaded.items():
+        assert np.array_equal(pcm, inline[key]), key

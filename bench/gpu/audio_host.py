@@ -185,7 +185,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     positions = PROMPT_LEN + args.frames + DELAY_ROWS + 1
     table = torch.zeros(args.slots, positions, NUM_CODEBOOKS, dtype=torch.int16, device=device)
     audio = VllmAudio(
-        codec, table, max_batch=64, keep=2 * args.slots, graphs=cuda, kernels=args.kernels
+        codec,
+        table,
+        max_batch=64,
+        keep=2 * args.slots,
+        graphs=cuda,
+        kernels=args.kernels,
+        decode_thread=args.decode_thread,
     )
     if args.null_codec:
         audio.codec.device_codec = NullCodecSlots(audio.codec.device_codec)  # type: ignore[assignment]
@@ -263,6 +269,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "device": torch.cuda.get_device_name() if cuda else "cpu",
         "dims": "tiny" if args.tiny else "higgs_v3",
         "kernels": "none" if args.null_codec else args.kernels,
+        "decode_thread": args.decode_thread,
         "slots": args.slots,
         "preset": args.preset,
         "frames": args.frames,
@@ -355,6 +362,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--breakdown", action="store_true", help="time the hooks' parts")
     ap.add_argument("--replay-probe", action="store_true", help="time each graph's launch")
     ap.add_argument("--null-codec", action="store_true", help="no codec work: bookkeeping alone")
+    ap.add_argument(
+        "--decode-thread",
+        action="store_true",
+        help="large steps decoded on the watcher thread (the hooks then time the engine's share)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tiny", action="store_true", help="tiny codec on the CPU (smoke check)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))

@@ -28,6 +28,15 @@ drops it if the deciding status says otherwise, and the request's decoding
 is rewound. Every entry point takes one lock, so the two threads never
 interleave their work on the codec's state.
 
+With ``decode_thread`` (an experiment, off by default), the watcher does the
+same for every step above that batch: the engine's thread only copies the
+status and hands it over, and the watcher applies it and decodes its audio
+when its event completes. The engine's thread is the engine core's bottleneck
+at 256 streams (docs/bench/RESULTS.md sections 22-26); whether a second
+thread relieves it under the interpreter's lock is what the option measures.
+``remove`` still decodes on the engine's thread: a finished request's last
+frames must be read before its slot is reused.
+
 The steps are counted too (:class:`StepCounter`): about twice a second the
 counters go to the destinations of the requests in flight, so the serving
 process can show the engine's step time and batch size.
@@ -169,13 +178,18 @@ class VllmAudio:
         clock: Callable[[], float] = time.perf_counter,
         watch_first_chunks: bool | None = None,
         first_chunks_ahead: bool | None = None,
+        decode_thread: bool = False,
     ) -> None:
         """``step_event``: on CPU, where a step is complete when the host has it,
         makes each step's status wait for an event of this factory instead (to
         drive the device's ordering without one). ``watchdog`` times the waits
         on events (on CUDA, the process's by default). ``watch_first_chunks``:
         run the watcher thread (default: on CUDA). ``first_chunks_ahead``: cut
-        first chunks ahead of their statuses (default: on CUDA)."""
+        first chunks ahead of their statuses (default: on CUDA).
+        ``decode_thread``: above :data:`WATCH_MAX_BATCH`, the watcher applies
+        every status and decodes its audio as soon as its event completes, and
+        the engine's thread only queues statuses (and still decodes what
+        ``remove`` needs); an experiment, off (see the module's notes)."""
         self._step_event = step_event
         self.codec = SlotCodec(
             codec,
@@ -203,6 +217,8 @@ class VllmAudio:
         self._lock = threading.Lock()
         self._watched: queue.SimpleQueue[_Watch] = queue.SimpleQueue()
         self._watching = self._cuda if watch_first_chunks is None else watch_first_chunks
+        self._decode_thread = decode_thread
+        self._handed_off = False  # the last step's status went to the watcher
         self._ahead = self._cuda if first_chunks_ahead is None else first_chunks_ahead
         # Requests whose rows were counted before their statuses landed.
         self._assumed: dict[str, AssumedRows] = {}
@@ -210,7 +226,7 @@ class VllmAudio:
             if self._watchdog is None:
                 self._watchdog = process_watchdog()
             threading.Thread(target=self._drain, name="talker-audio-sender", daemon=True).start()
-        if self._watching:
+        if self._watching or decode_thread:
             threading.Thread(target=self._watch, name="talker-first-chunks", daemon=True).start()
 
     def warm_up(self) -> None:
@@ -292,6 +308,10 @@ class VllmAudio:
                     event = self._step_event()
                 self._statuses.append(_Status(event, host, keys, buffer))
                 pending = self._statuses[-1]
+                self._handed_off = self._decode_thread and batch > WATCH_MAX_BATCH
+                if self._handed_off:
+                    self._hand_off(pending)
+                    return
                 self._settle()
                 if batch <= WATCH_MAX_BATCH and self._statuses and self._statuses[-1] is pending:
                     ahead = self._ahead and self._assume_first_chunks(pending)
@@ -304,6 +324,8 @@ class VllmAudio:
 
     def poll(self) -> None:
         """Decode what the statuses on the host so far allow (never waits)."""
+        if self._handed_off:  # the watcher does, as each status lands
+            return
         with self._lock:
             if self._statuses:
                 self._settle()
@@ -375,6 +397,18 @@ class VllmAudio:
             )
 
     # -- the watcher ------------------------------------------------------------------
+
+    def _hand_off(self, status: _Status) -> None:
+        """Leave ``status`` to the watcher, which applies it and decodes once its
+        event completes (``decode_thread``). Its buffer may be given back and
+        recorded again before the watcher waits: the watcher then waits for a
+        later step, whose status it applies with this one."""
+        if status.event is None:  # the host has it already
+            self._settle()
+            self._decode_due()
+            return
+        engine_stream = torch.cuda.current_stream(self.device) if self._cuda else None
+        self._watched.put(_Watch(status.event, engine_stream))
 
     def _watch_if_first_chunk(self, status: _Status) -> None:
         """Hand ``status`` to the watcher when it may make a request's first chunk

@@ -93,6 +93,7 @@ class HiggsModelState(DefaultModelState):
                 stream_priority=str(
                     codec_options.get("stream_priority", DEFAULT_CODEC_STREAM_PRIORITY)
                 ),
+                decode_thread=decode_thread_option(codec_options),
             )
             if codec is not None and first_rank
             else None
@@ -243,6 +244,15 @@ class HiggsModelState(DefaultModelState):
                 [a.correlation_id if a is not None and a.chunking else None for a in args],
             )
         return tokens, real
+
+
+def decode_thread_option(codec_options: dict[str, Any]) -> bool:
+    """``additional_config["higgs_codec"]["decode_thread"]``: large steps' audio
+    decoded on the watcher thread (:class:`VllmAudio`; an experiment, off)."""
+    value = codec_options.get("decode_thread", False)
+    if not isinstance(value, bool):
+        raise ValueError(f'higgs_codec["decode_thread"] must be true or false; got {value!r}')
+    return value
 
 
 def sampler_compiled(vllm_config: VllmConfig) -> bool:

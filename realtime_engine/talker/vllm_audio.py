@@ -130,6 +130,7 @@ class _Status:
     # ``kept``: a watcher or an assumption reads it later.
     buffer: PinnedBuffer | None = None
     kept: bool = False
+    applied: bool = False  # taken off the queue and applied
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,9 @@ class _Watch:
 
     event: StepEvent
     stream: torch.cuda.Stream | None
+    # A status handed over (``decode_thread``): not waited for once applied,
+    # since its event may be recorded again for a later step by then.
+    status: _Status | None = None
 
 
 @dataclass(frozen=True)
@@ -400,15 +404,16 @@ class VllmAudio:
 
     def _hand_off(self, status: _Status) -> None:
         """Leave ``status`` to the watcher, which applies it and decodes once its
-        event completes (``decode_thread``). Its buffer may be given back and
-        recorded again before the watcher waits: the watcher then waits for a
-        later step, whose status it applies with this one."""
+        event completes (``decode_thread``). The engine's thread may apply it
+        first (``remove``): the watcher then does not wait for its event, which
+        may be recorded again for a later step. (Between the watcher's check and
+        its wait that can still happen: it then waits for that later step.)"""
         if status.event is None:  # the host has it already
             self._settle()
             self._decode_due()
             return
         engine_stream = torch.cuda.current_stream(self.device) if self._cuda else None
-        self._watched.put(_Watch(status.event, engine_stream))
+        self._watched.put(_Watch(status.event, engine_stream, status))
 
     def _watch_if_first_chunk(self, status: _Status) -> None:
         """Hand ``status`` to the watcher when it may make a request's first chunk
@@ -433,7 +438,8 @@ class VllmAudio:
         while True:
             watch = self._watched.get()
             try:
-                self._wait(watch.event, "a step's status")
+                if watch.status is None or not watch.status.applied:
+                    self._wait(watch.event, "a step's status")
                 # the engine's thread may have applied it meanwhile: then this is cheap
                 with self._lock, self._on_engine_stream(watch.stream):
                     self._settle()
@@ -454,6 +460,7 @@ class VllmAudio:
             if status.event is not None and not status.event.query():
                 return
             self._statuses.popleft()
+            status.applied = True
             now = time.perf_counter()
             values = status.host.tolist()
             if status.buffer is not None and not status.kept:

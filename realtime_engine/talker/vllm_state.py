@@ -73,6 +73,11 @@ class HiggsModelState(DefaultModelState):
         # Host side: which request and destination each slot serves.
         self.slot_of: dict[str, int] = {}
         self.args_of_slot: dict[int, TalkerArgs] = {}
+        # What each step routes by, per slot (vLLM's request index): the audio
+        # request's key, or the row request's settings. Lists, so that a step of
+        # 256 requests costs a list index each, not a lookup and a test.
+        self._audio_key_of_slot: list[str | None] = [None] * self.max_num_reqs
+        self._row_args_of_slot: list[TalkerArgs | None] = [None] * self.max_num_reqs
         first_rank = _is_first_rank(vllm_config)
         # Before the audio's pusher exists: it stamps this rank on every chunk.
         self.dp_rank = data_parallel_rank(vllm_config)
@@ -124,6 +129,7 @@ class HiggsModelState(DefaultModelState):
             self.audio.fence()
         super().add_request(req_index, new_req_data)
         slot = req_index
+        self._route(slot, None)
         self.slot_of[new_req_data.req_id] = slot
         params = new_req_data.sampling_params
         args = TalkerArgs.from_extra_args(params.extra_args if params is not None else None)
@@ -143,6 +149,7 @@ class HiggsModelState(DefaultModelState):
             self.publisher.fail(args, "this checkpoint has no codec to decode audio with")
             return
         self.args_of_slot[slot] = args
+        self._route(slot, args)
         saved = self._saved.pop(new_req_data.req_id, None)
         if prefill_len > prompt_len:
             # A preempted request resumes with its generated tokens as prefill: their
@@ -169,6 +176,7 @@ class HiggsModelState(DefaultModelState):
         if slot is None:
             return
         args = self.args_of_slot.pop(slot, None)
+        self._route(slot, None)
         if args is not None:
             # Finished and preempted look alike here: send what the known rows allow
             # (all of a finished request's audio), and keep the audio history in case
@@ -198,13 +206,23 @@ class HiggsModelState(DefaultModelState):
         if num_reqs == 0 or n == 0:
             model.audio_mask[:n_pad] = False
             return out
-        token = torch.arange(n, device=self.device)
-        ends = input_batch.query_start_loc[1 : num_reqs + 1]
-        row = torch.searchsorted(ends, token, right=True).clamp_(max=num_reqs - 1)
-        slot = input_batch.idx_mapping[row].long()
-        pos = input_batch.positions[:n].long().clamp(0, self.slots.max_len - 1)
-        model.audio_codes[:n] = self.slots.codes_by_pos[slot, pos].long()
-        model.audio_mask[:n] = self.slots.audio_at_pos[slot, pos]
+        # Every step runs this before its forward pass: few operator calls. A
+        # step of decodes only has one token per request, in request order.
+        # (No operation here is in place: the inputs are vLLM's own buffers.)
+        if n == num_reqs:
+            slot = input_batch.idx_mapping[:n]
+        else:
+            token = torch.arange(n, device=self.device)
+            ends = input_batch.query_start_loc[1 : num_reqs + 1]
+            row = torch.searchsorted(ends, token, right=True).clamp_(max=num_reqs - 1)
+            slot = input_batch.idx_mapping[row]
+        max_len = self.slots.max_len
+        pos = input_batch.positions[:n].clamp(0, max_len - 1)
+        # the (slot, position) pairs as flat rows of the slot tables
+        flat = torch.add(pos, slot, alpha=max_len)
+        codes, audio = self.slots.codes_by_pos, self.slots.audio_at_pos
+        model.audio_codes[:n].copy_(codes.view(-1, codes.shape[-1]).index_select(0, flat))
+        model.audio_mask[:n].copy_(audio.view(-1).index_select(0, flat))
         model.audio_mask[n:n_pad] = False
         return out
 
@@ -234,16 +252,19 @@ class HiggsModelState(DefaultModelState):
         if out is None:
             out = self.slots.step(logits, slots.long(), seq_lens.long())
         tokens, real, packed = out
-        args = [self.args_of_slot.get(int(s)) for s in input_batch.idx_mapping_np[:b]]
-        self.publisher.publish_packed(
-            packed, [a if a is not None and a.chunking is None else None for a in args]
-        )
+        slots_np = input_batch.idx_mapping_np[:b].tolist()
+        row_args = self._row_args_of_slot
+        self.publisher.publish_packed(packed, [row_args[s] for s in slots_np])
         if self.audio is not None:
-            self.audio.after_step(
-                packed,
-                [a.correlation_id if a is not None and a.chunking else None for a in args],
-            )
+            audio_keys = self._audio_key_of_slot
+            self.audio.after_step(packed, [audio_keys[s] for s in slots_np])
         return tokens, real
+
+    def _route(self, slot: int, args: TalkerArgs | None) -> None:
+        """Route the slot's rows by ``args`` from the next step (None: nowhere)."""
+        audio = args is not None and bool(args.chunking)
+        self._audio_key_of_slot[slot] = args.correlation_id if audio and args else None
+        self._row_args_of_slot[slot] = args if args is not None and args.chunking is None else None
 
 
 def decode_thread_option(codec_options: dict[str, Any]) -> bool:
@@ -292,6 +313,10 @@ def data_parallel_rank(vllm_config: VllmConfig) -> int:
     return int(index if index is not None else parallel.data_parallel_rank)
 
 
+# The fields this vLLM's SamplerOutput has (releases differ), looked up once.
+_SAMPLER_OUTPUT_FIELDS = frozenset(f.name for f in dataclasses.fields(SamplerOutput))
+
+
 class HiggsCodeSampler:
     """Sampler wrapper: code rows instead of text tokens; everything else is the base sampler's."""
 
@@ -312,5 +337,4 @@ class HiggsCodeSampler:
             "num_sampled": num_sampled,
             "num_rejected": torch.zeros_like(num_sampled),
         }
-        names = {f.name for f in dataclasses.fields(SamplerOutput)}
-        return SamplerOutput(**{k: v for k, v in values.items() if k in names})
+        return SamplerOutput(**{k: v for k, v in values.items() if k in _SAMPLER_OUTPUT_FIELDS})

@@ -387,6 +387,28 @@ def gated_audio(codec: CodecDecoder, table: torch.Tensor) -> tuple[VllmAudio, li
     return audio, events
 
 
+def cut_first_chunk_ahead(
+    audio: VllmAudio,
+    events: list[GatedStep],
+    table: torch.Tensor,
+    key: str,
+    rows: np.ndarray,
+    inbox: Inbox,
+) -> int:
+    """Open ``key`` in slot 0 with `exact` and step it up to its first chunk's due
+    row, only the first status landed (so the chunk is cut ahead); the due row
+    count."""
+    audio.open(args(key, inbox.receiver.endpoint, get_preset("exact")), 0, PROMPT)
+    stream = audio.codec.get(key)
+    assert stream is not None
+    due = stream.next_rows
+    step_status(audio, table, key, 0, 0, rows)
+    events[0].complete()
+    for i in range(1, due):
+        step_status(audio, table, key, 0, i, rows)
+    return due
+
+
 def finish_and_compare(
     audio: VllmAudio,
     events: list[GatedStep],
@@ -469,14 +491,7 @@ def test_frames_of_earlier_steps_wait_for_those_steps_only_when_cut_ahead(
     audio, events = gated_audio(codec, table)
     recorded = WaitsRecorded(audio)
     rows = apply_delay(np.random.default_rng(5).integers(0, 1024, size=(30, 8)))
-    audio.open(args("w", inbox.receiver.endpoint, get_preset("exact")), 0, PROMPT)
-    stream = audio.codec.get("w")
-    assert stream is not None
-    due = stream.next_rows
-    step_status(audio, table, "w", 0, 0, rows)
-    events[0].complete()
-    for i in range(1, due):
-        step_status(audio, table, "w", 0, i, rows)
+    due = cut_first_chunk_ahead(audio, events, table, "w", rows, inbox)
     frames = due - (NUM_CODEBOOKS - 1)  # the frames the first chunk's rows complete
     assert [frame for frame, _ in recorded.waits] == list(range(frames))
     assert all(wait is events[-2] for _, wait in recorded.waits[:-1])
@@ -613,14 +628,7 @@ def test_statuses_reuse_their_host_buffers_except_those_read_later(
     table = torch.randint(0, 1026, (SLOTS, POSITIONS, 8), dtype=torch.int16)  # stale garbage
     audio, events = gated_audio(codec, table)
     rows = apply_delay(np.random.default_rng(23).integers(0, 1024, size=(60, 8)))
-    audio.open(args("k", inbox.receiver.endpoint, get_preset("exact")), 0, PROMPT)
-    stream = audio.codec.get("k")
-    assert stream is not None
-    due = stream.next_rows
-    step_status(audio, table, "k", 0, 0, rows)
-    events[0].complete()
-    for i in range(1, due):
-        step_status(audio, table, "k", 0, i, rows)
+    due = cut_first_chunk_ahead(audio, events, table, "k", rows, inbox)
     assumed = audio._assumed["k"]  # the first chunk was cut ahead of these statuses
     deciding = assumed.host.clone()
     for event in events:

@@ -12,10 +12,14 @@ against the whole-utterance decode computed in float64, relative to the
 peak.
 
 Precisions (``--codec-precision`` of ``speech-gateway serve``): ``fp32``
-(IEEE convolutions), ``tf32`` (TF32 tensor cores) and ``bf16`` (autocast).
-Writes ``$OUT/codec_throughput.json``.
+(IEEE convolutions), ``tf32`` (TF32 tensor cores), ``bf16`` (autocast) and
+``fp16`` (float16 weights and state; timed on a copy of the codec, as the
+cast rounds the weights). ``--precisions`` lists those timed with eager
+kernels (empty: none, only the ``--kernels`` variants, which skips their
+eager compile-free baselines). Writes ``$OUT/codec_throughput.json``.
 
     python -m bench.codec_throughput [--batches 1,16,64,128,256] [--iters 50]
+    python -m bench.codec_throughput --precisions= --kernels tf32:compiled,fp16:compiled
     python -m bench.codec_throughput --tiny --batches 1,4 --iters 2 --kernels= # CPU smoke check
 
 ``--kernels`` adds ``precision:kernels`` variants (``--codec-kernels`` of
@@ -97,6 +101,8 @@ def measure(
     report: dict[str, Any],
     utterance: tuple[torch.Tensor, torch.Tensor],
 ) -> None:
+    if precision == "fp16":  # the cast rounds the weights: later variants keep float32
+        codec = copy.deepcopy(codec)
     codec.set_precision(precision)
     base, _, layout = kernels.partition("+")
     if layout not in ("", "nhwc"):
@@ -132,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--precisions", default=",".join(CODEC_PRECISIONS))
     ap.add_argument(
         "--kernels",
-        default="tf32:snake,tf32:compiled,bf16:compiled",
+        default="tf32:snake,tf32:compiled,bf16:compiled,fp16:compiled",
         help="precision:kernels pairs also timed, besides every precision with eager kernels",
     )
     ap.add_argument("--iters", type=int, default=50)
@@ -152,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         "results": [],
         "errors": {},
     }
-    runs = [(p, "eager") for p in args.precisions.split(",")]
+    runs = [(p, "eager") for p in args.precisions.split(",") if p]
     runs += [(pair.split(":")[0], pair.split(":")[1]) for pair in args.kernels.split(",") if pair]
     gen = torch.Generator().manual_seed(1)
     codes = torch.randint(0, codec.dims.codebook_size, (1, 8, args.error_frames), generator=gen)

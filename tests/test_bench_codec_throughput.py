@@ -50,6 +50,22 @@ def test_writes_one_row_per_setting_with_consistent_rates_and_small_errors(
 
 
 @pytest.mark.usefixtures("one_torch_thread")
+def test_no_eager_precisions_times_only_the_named_variants(tmp_path: Path) -> None:
+    # the way to time a compiled variant alone (its eager baseline skipped), fp16 among them
+    argv = ["--tiny", "--batches", "2", "--precisions=", "--error-frames", "12"]
+    argv += ["--kernels", "fp16:eager,fp32:eager", "--iters", "1", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    report = json.loads((tmp_path / "codec_throughput.json").read_text())
+    assert [(r["precision"], r["kernels"]) for r in report["results"]] == [
+        ("fp16", "eager"),
+        ("fp32", "eager"),
+    ]
+    # the CPU keeps float32 weights for fp16 (CUDA casts a copy): both are the exact decode
+    assert set(report["errors"]) == {"fp16/eager", "fp32/eager"}
+    assert all(0 <= e < 1e-5 for e in report["errors"].values())
+
+
+@pytest.mark.usefixtures("one_torch_thread")
 def test_the_codec_profile_names_the_steps_operators(tmp_path: Path) -> None:
     from bench.gpu.codec_profile import main as profile
 
@@ -168,3 +184,15 @@ def test_the_audio_host_bench_runs_large_steps_through_the_decode_thread(
     report = json.loads((tmp_path / "audio_host.json").read_text())
     assert report["decode_thread"] is True
     assert report["ended"] >= 12 and report["streams"] == report["ended"] + 12
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_the_precision_bench_orders_the_casts_by_their_mantissas(tmp_path: Path) -> None:
+    from bench.codec_precision import main as precision
+
+    assert precision(["--tiny", "--frames", "6", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "codec_precision.json").read_text())
+    errors = report["peak_relative_error"]
+    # 24, 11 and 8 significant bits: each cast rounds more than the one before
+    assert errors["float32"] < 1e-5 < errors["float16"] < errors["bfloat16"] < 1.0
+    assert 0 < report["peak"] <= 1.01 * report["largest_activation_float32"]

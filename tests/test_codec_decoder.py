@@ -343,16 +343,38 @@ def test_precision_switches_and_rejects_unknown_names(tiny_state: dict[str, torc
     codec = load_codec_decoder(tiny_state)
     codes = random_codes(6, seed=5)
     fp32 = codec.decode(codes)
-    for precision in ("tf32", "bf16", "fp32"):
+    for precision in ("tf32", "bf16", "fp16", "fp32"):
         codec.set_precision(precision)
         assert codec.precision == precision
         assert codec.allow_tf32 == (precision == "tf32")
         assert codec.autocast_bf16 == (precision == "bf16")
-        # CPU has neither TF32 nor CUDA autocast: every setting computes fp32 here
+        # CPU has neither TF32 nor CUDA autocast, and keeps float32 weights for fp16:
+        # every setting computes fp32 here
+        assert not codec.half_weights
         assert torch.equal(codec.decode(codes), fp32)
     with pytest.raises(ValueError, match="fp8"):
         codec.set_precision("fp8")
     assert codec.precision == "fp32"
+
+
+def test_a_float16_codec_decodes_to_float32_and_cannot_switch_back(
+    tiny_state: dict[str, torch.Tensor],
+) -> None:
+    # what set_precision("fp16") does on CUDA, done by hand on the CPU
+    codec = load_codec_decoder(tiny_state)
+    exact = load_codec_decoder(tiny_state).double()
+    codec.half()
+    codec.set_precision("fp16")
+    assert codec.half_weights and codec.precision == "fp16"
+    codes = random_codes(6, seed=5)
+    pcm = codec.decode(codes)
+    assert pcm.dtype == torch.float32
+    reference = exact.decode(codes)
+    assert float((pcm - reference).abs().max() / reference.abs().max()) < 5e-2
+    for other in ("fp32", "tf32", "bf16"):
+        with pytest.raises(ValueError, match="rounded to float16"):
+            codec.set_precision(other)
+    assert codec.precision == "fp16"
 
 
 def test_tf32_matmul_scope_sets_high_inside_and_restores_the_process_setting() -> None:

@@ -165,6 +165,30 @@ def test_in_float64_the_stream_is_the_whole_decode(
         assert peak_error(h.audio(key), whole(codec64, r)) <= 1e-6
 
 
+@settings(max_examples=6, deadline=None)
+@given(
+    frames=st.lists(st.integers(0, 40), min_size=1, max_size=3),
+    groups=st.lists(st.integers(1, 9), min_size=1, max_size=30),
+)
+def test_a_float16_codec_keeps_float16_state_and_sends_float32_chunks(
+    codec: CodecDecoder, frames: list[int], groups: list[int]
+) -> None:
+    """``--codec-precision fp16`` on CUDA: float16 weights and state, float32 PCM
+    out, within float16's rounding of the exact decode of the same weights
+    (the tiny codec's bound, test_stream_core.FP16_ROUNDING)."""
+    codec16 = copy.deepcopy(codec).half()
+    h = Harness(codec16)
+    assert h.codec.device_codec.stream_codec.flat.dtype == torch.float16
+    rows = [talker_rows(n, seed) for seed, n in enumerate(frames)]
+    for i in range(len(rows)):
+        h.open(f"r{i}", (i + 2) % SLOTS, 3 * i, get_preset("exact"))
+    exact = copy.deepcopy(codec16).double()
+    for key, r in zip(run(h, rows, groups), rows, strict=True):
+        audio = h.audio(key)
+        assert audio.dtype == np.float32
+        assert peak_error(audio, whole(exact, r).astype(np.float64)) <= 4e-2
+
+
 @settings(max_examples=8, deadline=None)
 @given(
     frames=st.lists(st.integers(0, 40), min_size=1, max_size=3),

@@ -421,6 +421,48 @@ def test_folded_activations_keep_the_stream_the_whole_decode(
     assert rel(out, whole(exact, codes)) < FP32_ROUNDING
 
 
+@pytest.fixture(scope="module")
+def codec16(codec32: CodecDecoder) -> CodecDecoder:
+    """The codec as ``set_precision("fp16")`` leaves it on CUDA: float16 weights."""
+    return copy.deepcopy(codec32).half()
+
+
+# The tiny random codec in float16 is ~1-2e-2 of its peak from the exact decode of
+# the same (rounded) weights, whole or streamed: activation rounding, amplified by
+# its random gains (the real-size random codec: ~2e-3). A state carried wrongly
+# between steps is off by the order of the peak.
+FP16_ROUNDING = 4e-2
+
+
+@settings(max_examples=10, deadline=None)
+@given(grouping=groupings(), seed=st.integers(0, 2**16))
+def test_a_float16_codec_streams_in_float16_state_to_its_whole_decode(
+    codec16: CodecDecoder, grouping: tuple[int, list[int]], seed: int
+) -> None:
+    frames, groups = grouping
+    codes = random_codes(frames, seed)
+    core = StreamingCodec(codec16, 2)
+    out = streamed(core, 1, codes, groups)
+    assert core.flat.dtype == torch.float16 and out.dtype == torch.float16
+    exact = copy.deepcopy(codec16).double()
+    assert rel(out, whole(exact, codes)) < FP16_ROUNDING
+
+
+def test_float16_folded_weights_are_float32_products_rounded_once(
+    codec16: CodecDecoder,
+) -> None:
+    """Folding ``alpha`` into float16 weights multiplies in float32 and rounds
+    once; in float16, ``1 / alpha`` would be rounded before the product."""
+    core = StreamingCodec(codec16, 1)
+    unit = codec16.acoustic_decoder.block[1].res_unit2
+    folded = core.layers.folded_unit(unit)
+    assert folded is not None and folded.weight1.dtype == torch.float16
+    alpha = unit.snake2.alpha.detach().float().reshape(-1)
+    assert torch.equal(folded.weight1, (unit.conv1.weight.float() * alpha[:, None, None]).half())
+    inverse = torch.reciprocal(alpha)[None, :, None]
+    assert torch.equal(folded.weight2, (unit.conv2.weight.float() * inverse).half())
+
+
 # in inference mode the convolutions reach the dispatcher as these (not decomposed)
 _CONVOLUTIONS = (
     torch.ops.aten.conv1d.default,

@@ -56,14 +56,17 @@ class _FoldedUnit:
     def of(cls, unit: ResidualUnit) -> _FoldedUnit:
         with torch.no_grad():
             alpha = unit.snake2.alpha.detach()
-            a = alpha.reshape(-1)
+            dtype = alpha.dtype
+            # products formed in at least float32, then rounded once (float16 weights)
+            a = _widened(alpha).reshape(-1)
             conv1, conv2 = unit.conv1, unit.conv2
+            bias1 = None if conv1.bias is None else (_widened(conv1.bias) * a).to(dtype)
             return cls(
                 device=alpha.device,
-                dtype=alpha.dtype,
-                weight1=conv1.weight.detach() * a[:, None, None],
-                bias1=None if conv1.bias is None else conv1.bias.detach() * a,
-                weight2=conv2.weight.detach() * torch.reciprocal(a)[None, :, None],
+                dtype=dtype,
+                weight1=(_widened(conv1.weight) * a[:, None, None]).to(dtype),
+                bias1=bias1,
+                weight2=(_widened(conv2.weight) * torch.reciprocal(a)[None, :, None]).to(dtype),
             )
 
     def matches(self, alpha: torch.Tensor) -> bool:
@@ -215,7 +218,7 @@ class CausalDac:
         cached = self._inverses.get(id(snake))
         if cached is None or cached.device != alpha.device or cached.dtype != alpha.dtype:
             with torch.no_grad():
-                cached = torch.reciprocal(alpha.detach() + 1e-9)
+                cached = torch.reciprocal(_widened(alpha) + 1e-9).to(alpha.dtype)
             self._inverses[id(snake)] = cached
         return cached
 
@@ -264,6 +267,11 @@ class CausalDac:
         keep = self.tail_lengths(samples)
         pcm, _ = _Pass(self, state, frames_fed, final=True, keep=keep).run(x)
         return pcm
+
+
+def _widened(t: torch.Tensor) -> torch.Tensor:
+    """``t`` detached, in float32 if it is narrower (float64 stays float64)."""
+    return t.detach().to(torch.promote_types(t.dtype, torch.float32))
 
 
 def _conv_transpose_2s(x: torch.Tensor, weight: torch.Tensor, stride: int) -> torch.Tensor:

@@ -1,8 +1,9 @@
 """Codes -> 24 kHz waveform, and the strict loader for the bundled codec.
 
 decode: codes [B, Q, T] -> sum_q project_out_q(embed_q[codes_q]) -> fc2 ->
-DAC decoder -> [B, 1, hop * T]. Always float32: transposed convolutions are
-not stable in half precision.
+DAC decoder -> [B, 1, hop * T] float32. It computes in float32 unless
+:meth:`CodecDecoder.set_precision` asks for TF32, bf16 autocast or (on CUDA)
+float16 weights.
 """
 
 from __future__ import annotations
@@ -44,22 +45,39 @@ class CodecDecoder(nn.Module):
         # so chunked output no longer equals whole decoding (CUDA only).
         self.allow_tf32 = allow_tf32
         self.autocast_bf16 = False
+        self._precision = "tf32" if allow_tf32 else "fp32"
         self.quantizer = ResidualVQ(dims)
         self.fc2 = nn.Linear(dims.latent_dim, dims.acoustic_dim)
         self.acoustic_decoder = DacDecoder(dims)
 
     def set_precision(self, precision: str) -> None:
-        """One of :data:`CODEC_PRECISIONS` (CUDA only; CPU always computes fp32)."""
+        """One of :data:`CODEC_PRECISIONS` (CUDA only; CPU always computes fp32).
+
+        ``fp16`` casts the weights to float16 where the codec is on CUDA (call
+        this once it is on its device), and the streaming state follows the
+        weights. The cast rounds the weights, so a float16 codec cannot switch
+        back: load it again for another precision."""
         if precision not in CODEC_PRECISIONS:
             raise ValueError(
                 f"codec precision must be one of {CODEC_PRECISIONS}; got {precision!r}"
             )
+        if self.half_weights and precision != "fp16":
+            raise ValueError(
+                f"this codec's weights were rounded to float16; load it again for {precision!r}"
+            )
         self.allow_tf32 = precision == "tf32"
         self.autocast_bf16 = precision == "bf16"
+        self._precision = precision
+        if precision == "fp16" and self.device.type == "cuda":
+            self.half()
 
     @property
     def precision(self) -> str:
-        return "bf16" if self.autocast_bf16 else "tf32" if self.allow_tf32 else "fp32"
+        return self._precision
+
+    @property
+    def half_weights(self) -> bool:
+        return self.fc2.weight.dtype == torch.float16
 
     @property
     def hop(self) -> int:
@@ -117,6 +135,8 @@ class CodecDecoder(nn.Module):
         stack.enter_context(_ieee_fp32(device, self.allow_tf32))
         if self.allow_tf32 and device.type == "cuda":
             stack.enter_context(_tf32_matmuls())
+        if self.half_weights and device.type == "cuda":
+            stack.enter_context(_fp32_reductions())
         if self.autocast_bf16 and device.type == "cuda":
             stack.enter_context(torch.autocast("cuda", dtype=torch.bfloat16))
         return stack
@@ -154,6 +174,20 @@ def _tf32_matmuls() -> Iterator[None]:
         yield
     finally:
         torch.set_float32_matmul_precision(before)
+
+
+@contextlib.contextmanager
+def _fp32_reductions() -> Iterator[None]:
+    """float16 products (the transposed convolutions, ``fc2``) summed in float32:
+    cuBLAS may otherwise reduce split products in float16, which loses bits
+    over a 1024-channel sum."""
+    matmul = torch.backends.cuda.matmul
+    before = matmul.allow_fp16_reduced_precision_reduction
+    matmul.allow_fp16_reduced_precision_reduction = False
+    try:
+        yield
+    finally:
+        matmul.allow_fp16_reduced_precision_reduction = before
 
 
 def extract_codec_state(talker_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -162,6 +162,9 @@ def test_the_audio_host_bench_times_the_hooks_of_streams_that_end_and_restart(
     assert audio_host(argv) == 0
     report = json.loads((tmp_path / "audio_host.json").read_text())
     assert report["ended"] >= 4 and report["streams"] == report["ended"] + 4  # slots refilled
+    # the chunks reached a reader: every ended stream's frames at least, 3840 bytes each
+    assert report["messages_received"] > 0
+    assert report["bytes_received"] >= report["ended"] * 960 * 4
     spent = report["host_ms_per_step"]
     assert spent["after_step"] > 0 and spent["remove"] > 0 and spent["open"] > 0
     parts = report["breakdown_ms_and_calls_per_step"]

@@ -23,8 +23,9 @@ with random rows instead of a talker, and times each hook:
 Streams are ``--frames`` long (the first generation shorter, at random, so
 that streams end at a steady rate). JSON to stdout and
 ``$OUT/audio_host.json``: milliseconds per step of host time in each hook,
-of the stand-in's launches, and of the wait, and (``--profile``) the
-functions with the most own time under cProfile.
+of the stand-in's launches, and of the wait, the messages and bytes a
+reader process received (every chunk goes to it, as to the gateway), and
+(``--profile``) the functions with the most own time under cProfile.
 
     python -m bench.gpu.audio_host --slots 256 --steps 1500
     python -m bench.gpu.audio_host --tiny --slots 16 --steps 60     # CPU smoke check
@@ -41,6 +42,7 @@ import json
 import os
 import pstats
 import random
+import subprocess
 import sys
 import time
 from collections import Counter, defaultdict, deque
@@ -50,6 +52,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import zmq
 
 from bench.gpu.codec_soak import Load
 from bench.gpu.random_codec import random_codec
@@ -202,9 +205,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     breakdown = Breakdown()
     if args.breakdown:
         instrument(audio, breakdown)
-    # Every chunk goes to an endpoint nobody reads: the pusher drops it after
-    # encoding it, as it would for a consumer that went away.
+    # Every chunk goes to a process that reads and discards it, as the gateway's
+    # receiver reads it: unread, the PUSH socket would queue every chunk (a
+    # megabyte a step at 256 slots) and the sender would pay for the growth.
     endpoint = f"ipc:///tmp/audio_host_{os.getpid()}"
+    drain = Drain(endpoint)
     codes = torch.randint(0, 1024, (args.slots, NUM_CODEBOOKS), device=device)
     clock = HookClock()
     total = [0] * args.slots  # rows each slot's request will have
@@ -260,9 +265,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if profiler is not None:
         profiler.disable()
     elapsed = time.perf_counter() - measured_from
-    audio._pusher.close()  # its sockets and context: nothing is left to send
     if cuda:
         torch.cuda.synchronize()
+    audio._outgoing.join()  # the sender thread has sent every batch (CUDA)
+    # the stop message behind the last chunk, on the pusher's own socket (one pipe, in order)
+    received = drain.stop(audio._pusher._socket(endpoint))
+    audio._pusher.close()
     per_step = {hook: round(1000 * s / args.steps, 3) for hook, s in clock.spent.items()}
     hooks_ms = sum(per_step[h] for h in ("remove", "open", "poll", "after_step"))
     report: dict[str, Any] = {
@@ -275,6 +283,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "frames": args.frames,
         "steps": args.steps,
         "warm_up_s": round(warm_s, 1),
+        "messages_received": received["messages"],
+        "bytes_received": received["bytes"],
         "load_ops_per_step": load.ops,
         "step_ms": round(1000 * elapsed / args.steps, 3),
         "host_ms_per_step": per_step,
@@ -288,6 +298,47 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if profiler is not None:
         report["profile"] = top_functions(profiler, args.profile)
     return report
+
+
+_DRAIN = """
+import json, sys, zmq
+ctx = zmq.Context()
+pull = ctx.socket(zmq.PULL)
+pull.bind(sys.argv[1])
+print("ready", flush=True)
+messages = size = 0
+while True:
+    frames = pull.recv_multipart(copy=False)
+    if len(frames) == 1:
+        break
+    messages += 1
+    size += sum(len(f.buffer) for f in frames)
+print(json.dumps({"messages": messages, "bytes": size}), flush=True)
+"""
+
+
+class Drain:
+    """A process that binds ``endpoint``, reads every message and drops it; on
+    :meth:`stop`, how many it read and their bytes."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _DRAIN, endpoint], stdout=subprocess.PIPE, text=True
+        )
+        assert self.proc.stdout is not None
+        if self.proc.stdout.readline().strip() != "ready":
+            raise RuntimeError("the drain process did not start")
+
+    def stop(self, sender: zmq.Socket[bytes]) -> dict[str, int]:
+        """Ends the drain with a one-frame message through ``sender``, the socket
+        that sent the rest, so that it comes after all of them."""
+        sender.send(b"stop")
+        out, _ = self.proc.communicate(timeout=120)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.endpoint[len("ipc://") :])
+        counts: dict[str, int] = json.loads(out.strip().splitlines()[-1])
+        return counts
 
 
 def spin(seconds: float) -> None:

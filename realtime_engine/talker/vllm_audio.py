@@ -662,3 +662,4 @@ class VllmAudio:
             # its copy completed and the PCM is sent (a failed wait keeps it out)
             if item.buffer is not None and (item.event is None or item.event.query()):
                 self._buffers.give_back(item.buffer)
+            self._outgoing.task_done()  # for a caller that waits for everything sent

@@ -417,6 +417,31 @@ def test_the_compiled_step_gives_the_eager_streams_arithmetic(codec: CodecDecode
     assert counters["stats"]["unique_graphs"] - traced == 1
 
 
+def test_the_compiled_float16_step_traces_once_and_stays_within_float16s_rounding(
+    codec: CodecDecoder,
+) -> None:
+    """``--codec-precision fp16`` with the compiled step (CUDA's default kernels):
+    the float16 state and float32 ring trace as one graph, and the audio stays
+    within float16's rounding of the exact decode of the same weights."""
+    from torch._dynamo.utils import counters
+
+    codec16 = copy.deepcopy(codec).half()
+    h = Harness(codec16, kernels="compiled")
+    traced = counters["stats"]["unique_graphs"]
+    h.codec.warm_up()
+    rows = [talker_rows(n, seed) for seed, n in enumerate([33, 9, 21])]
+    for i, slot in enumerate([2, 0, 3]):
+        h.open(f"r{i}", slot, 3 * i, get_preset("exact"))
+    run(h, rows, [1, 4, 2, 7, 3])
+    exact = copy.deepcopy(codec16).double()
+    for i, r in enumerate(rows):
+        audio = h.audio(f"r{i}")
+        assert audio.dtype == np.float32
+        assert peak_error(audio, whole(exact, r).astype(np.float64)) <= 4e-2
+    assert h.codec.device_codec.stream_codec.flat.dtype == torch.float16
+    assert counters["stats"]["unique_graphs"] - traced == 1
+
+
 def test_the_default_kernels_are_compiled_on_cuda_and_eager_on_the_cpu(
     codec: CodecDecoder,
 ) -> None:

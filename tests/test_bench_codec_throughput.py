@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -183,9 +184,13 @@ def test_the_audio_host_bench_runs_large_steps_through_the_decode_thread(
 
     argv = ["--tiny", "--kernels", "eager", "--slots", "12", "--frames", "6", "--steps", "30"]
     argv += ["--warmup", "5", "--host-ms", "0", "--decode-thread", "--out", str(tmp_path)]
-    assert audio_host(argv) == 0
+    before = sys.getswitchinterval()
+    try:
+        assert audio_host([*argv, "--switch-interval-ms", "0.5"]) == 0
+    finally:
+        sys.setswitchinterval(before)
     report = json.loads((tmp_path / "audio_host.json").read_text())
-    assert report["decode_thread"] is True
+    assert report["decode_thread"] is True and report["switch_interval_ms"] == 0.5
     assert report["ended"] >= 12 and report["streams"] == report["ended"] + 12
 
 
@@ -199,3 +204,18 @@ def test_the_precision_bench_orders_the_casts_by_their_mantissas(tmp_path: Path)
     # 24, 11 and 8 significant bits: each cast rounds more than the one before
     assert errors["float32"] < 1e-5 < errors["float16"] < errors["bfloat16"] < 1.0
     assert 0 < report["peak"] <= 1.01 * report["largest_activation_float32"]
+
+
+def test_the_handoff_bench_reports_a_latency_per_switch_interval(tmp_path: Path) -> None:
+    from bench.gil_handoff import main as handoff
+
+    before = sys.getswitchinterval()
+    argv = ["--intervals", "5,0.5", "--busy-ms", "2", "--wait-ms", "0.5", "--sender-ms", "0.1"]
+    assert handoff([*argv, "--steps", "20", "--repeats", "1", "--out", str(tmp_path)]) == 0
+    assert sys.getswitchinterval() == before  # put back
+    runs = json.loads((tmp_path / "gil_handoff.json").read_text())["runs"]
+    assert [r["switch_interval_ms"] for r in runs] == [5.0, 0.5]
+    for r in runs:
+        latency = r["batch_latency_ms"]
+        # a step holds at least its wait
+        assert r["step_ms"] >= 0.5 and 0 < latency["p50"] <= latency["p95"] <= latency["max"]

@@ -149,6 +149,18 @@ def test_the_sampler_is_compiled_unless_the_engine_config_says_not() -> None:
         sampler_compiled(config({SAMPLER_CONFIG_KEY: {"compiled": "false"}}))
 
 
+def test_the_switch_interval_is_pythons_unless_a_number_in_range_is_given() -> None:
+    from realtime_engine.talker.vllm_state import switch_interval_option
+
+    assert switch_interval_option({}) is None
+    assert switch_interval_option({"switch_interval_ms": None}) is None
+    assert switch_interval_option({"switch_interval_ms": 0.5}) == 0.5
+    assert switch_interval_option({"switch_interval_ms": 2}) == 2.0
+    for bad in (0, 0.01, 101, True, "0.5", [1]):
+        with pytest.raises(ValueError, match="switch_interval_ms"):
+            switch_interval_option({"switch_interval_ms": bad})
+
+
 def test_the_decode_thread_is_off_unless_the_codec_options_say_true() -> None:
     from realtime_engine.talker.vllm_state import decode_thread_option
 

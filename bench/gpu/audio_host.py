@@ -181,6 +181,8 @@ def talker_args(key: str, preset: str, endpoint: str) -> TalkerArgs:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.switch_interval_ms is not None:
+        sys.setswitchinterval(args.switch_interval_ms / 1000)
     codec = random_codec(args.precision, args.tiny)
     device = codec.device
     cuda = device.type == "cuda"
@@ -278,6 +280,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "dims": "tiny" if args.tiny else "higgs_v3",
         "kernels": "none" if args.null_codec else args.kernels,
         "decode_thread": args.decode_thread,
+        "switch_interval_ms": round(1000 * sys.getswitchinterval(), 3),
         "slots": args.slots,
         "preset": args.preset,
         "frames": args.frames,
@@ -417,6 +420,12 @@ def main(argv: list[str] | None = None) -> int:
         "--decode-thread",
         action="store_true",
         help="large steps decoded on the watcher thread (the hooks then time the engine's share)",
+    )
+    ap.add_argument(
+        "--switch-interval-ms",
+        type=float,
+        default=None,
+        help="the interpreter's switch interval (the engine option switch_interval_ms)",
     )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tiny", action="store_true", help="tiny codec on the CPU (smoke check)")

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
 from collections import OrderedDict
 from typing import Any, cast
 
@@ -87,6 +88,10 @@ class HiggsModelState(DefaultModelState):
         # Only the first tensor-parallel rank decodes and sends audio.
         use_graphs = graphs_wanted(device, bool(vllm_config.model_config.enforce_eager))
         codec_options = cast(Any, model).codec_options
+        switch_ms = switch_interval_option(codec_options)
+        if switch_ms is not None and codec is not None and first_rank:
+            sys.setswitchinterval(switch_ms / 1000)  # this engine core's process
+            logger.info("interpreter switch interval: %.2f ms", switch_ms)
         self.audio = (
             VllmAudio(
                 codec,
@@ -274,6 +279,22 @@ def decode_thread_option(codec_options: dict[str, Any]) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f'higgs_codec["decode_thread"] must be true or false; got {value!r}')
     return value
+
+
+def switch_interval_option(codec_options: dict[str, Any]) -> float | None:
+    """``additional_config["higgs_codec"]["switch_interval_ms"]``: the interpreter's
+    switch interval in the engine core, in milliseconds (None: Python's, 5 ms).
+    Shorter, the chunk sender and the first-chunk watcher get the interpreter's
+    lock sooner beside a busy engine thread (``bench/gil_handoff.py``); an
+    experiment until served."""
+    value = codec_options.get("switch_interval_ms")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.05 <= value <= 100:
+        raise ValueError(
+            f'higgs_codec["switch_interval_ms"] must be a number from 0.05 to 100; got {value!r}'
+        )
+    return float(value)
 
 
 def sampler_compiled(vllm_config: VllmConfig) -> bool:

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 import torch
 
+from bench.json_out import write_report
 from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.layout import CodecDims
 
@@ -89,11 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tiny", action="store_true", help="tiny codec dims (smoke check)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args(argv)
-    report = run(args)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "codec_precision.json").write_text(json.dumps(report, indent=2))
-    print(json.dumps(report), flush=True)
+    write_report(args.out, "codec_precision", run(args))
     return 0
 
 

@@ -148,28 +148,35 @@ def test_exact_chunks_equal_whole_decoding_for_any_arrival_pattern(
         assert peak_error(h.audio(key), offline(codec, r)) <= 1e-5
 
 
+def stream_exact(
+    h: Harness, frames: list[int], groups: list[int], shift: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Utterances of ``frames`` streamed side by side (``exact``), request ``i`` in
+    slot ``(i + shift) % SLOTS`` at base ``(shift + 1) * i``: (audio, rows) each."""
+    rows = [talker_rows(n, seed) for seed, n in enumerate(frames)]
+    for i in range(len(rows)):
+        h.open(f"r{i}", (i + shift) % SLOTS, (shift + 1) * i, get_preset("exact"))
+    return [(h.audio(key), r) for key, r in zip(run(h, rows, groups), rows, strict=True)]
+
+
+ARRIVALS = {
+    "frames": st.lists(st.integers(0, 40), min_size=1, max_size=3),
+    "groups": st.lists(st.integers(1, 9), min_size=1, max_size=30),
+}
+
+
 @settings(max_examples=6, deadline=None)
-@given(
-    frames=st.lists(st.integers(0, 40), min_size=1, max_size=3),
-    groups=st.lists(st.integers(1, 9), min_size=1, max_size=30),
-)
+@given(**ARRIVALS)
 def test_in_float64_the_stream_is_the_whole_decode(
     codec64: CodecDecoder, frames: list[int], groups: list[int]
 ) -> None:
     """The algorithm is exact: in float64 only the float32 output rounds."""
-    h = Harness(codec64)
-    rows = [talker_rows(n, seed) for seed, n in enumerate(frames)]
-    for i in range(len(rows)):
-        h.open(f"r{i}", (i + 1) % SLOTS, 2 * i, get_preset("exact"))
-    for key, r in zip(run(h, rows, groups), rows, strict=True):
-        assert peak_error(h.audio(key), whole(codec64, r)) <= 1e-6
+    for audio, rows in stream_exact(Harness(codec64), frames, groups, shift=1):
+        assert peak_error(audio, whole(codec64, rows)) <= 1e-6
 
 
 @settings(max_examples=6, deadline=None)
-@given(
-    frames=st.lists(st.integers(0, 40), min_size=1, max_size=3),
-    groups=st.lists(st.integers(1, 9), min_size=1, max_size=30),
-)
+@given(**ARRIVALS)
 def test_a_float16_codec_keeps_float16_state_and_sends_float32_chunks(
     codec: CodecDecoder, frames: list[int], groups: list[int]
 ) -> None:
@@ -179,14 +186,10 @@ def test_a_float16_codec_keeps_float16_state_and_sends_float32_chunks(
     codec16 = copy.deepcopy(codec).half()
     h = Harness(codec16)
     assert h.codec.device_codec.stream_codec.flat.dtype == torch.float16
-    rows = [talker_rows(n, seed) for seed, n in enumerate(frames)]
-    for i in range(len(rows)):
-        h.open(f"r{i}", (i + 2) % SLOTS, 3 * i, get_preset("exact"))
     exact = copy.deepcopy(codec16).double()
-    for key, r in zip(run(h, rows, groups), rows, strict=True):
-        audio = h.audio(key)
+    for audio, rows in stream_exact(h, frames, groups, shift=2):
         assert audio.dtype == np.float32
-        assert peak_error(audio, whole(exact, r).astype(np.float64)) <= 4e-2
+        assert peak_error(audio, whole(exact, rows).astype(np.float64)) <= 4e-2
 
 
 @settings(max_examples=8, deadline=None)

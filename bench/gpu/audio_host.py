@@ -47,7 +47,6 @@ import sys
 import time
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -56,6 +55,7 @@ import zmq
 
 from bench.gpu.codec_soak import Load
 from bench.gpu.random_codec import random_codec
+from bench.json_out import write_report
 from realtime_engine.codec.decoder import CODEC_PRECISIONS
 from realtime_engine.codec.presets import PRESETS, get_preset
 from realtime_engine.format import CODEC_KERNELS, DEFAULT_CODEC_PRECISION, DELAY_ROWS
@@ -431,11 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tiny", action="store_true", help="tiny codec on the CPU (smoke check)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args(argv)
-    report = run(args)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "audio_host.json").write_text(json.dumps(report, indent=2))
-    print(json.dumps(report), flush=True)
+    write_report(args.out, "audio_host", run(args))
     return 0
 
 

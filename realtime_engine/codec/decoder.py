@@ -73,7 +73,7 @@ class CodecDecoder(nn.Module):
 
     @property
     def precision(self) -> str:
-        return self._precision
+        return "fp16" if self.half_weights else self._precision
 
     @property
     def half_weights(self) -> bool:

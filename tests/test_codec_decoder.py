@@ -364,6 +364,7 @@ def test_a_float16_codec_decodes_to_float32_and_cannot_switch_back(
     codec = load_codec_decoder(tiny_state)
     exact = load_codec_decoder(tiny_state).double()
     codec.half()
+    assert codec.precision == "fp16"  # its weights say so, however they were cast
     codec.set_precision("fp16")
     assert codec.half_weights and codec.precision == "fp16"
     codes = random_codes(6, seed=5)

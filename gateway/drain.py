@@ -15,7 +15,6 @@ import asyncio
 import logging
 import signal
 import socket
-import time
 from types import FrameType
 
 import uvicorn
@@ -29,6 +28,10 @@ log = logging.getLogger("gateway.drain")
 POLL_S = 0.05
 # The process exit status after --exit-on-engine-death.
 ENGINE_DEAD_EXIT_STATUS = 3
+# How ``serve --workers N``'s supervisor passes its stops on to the workers: a
+# signal of its own, so that a worker whose process group was signalled (it
+# gets the stop directly as well) never counts the forwarded copy as a second.
+SUPERVISOR_STOP_SIGNAL = signal.SIGUSR1
 # After the last close is queued: time for the sockets to flush and close.
 CLOSE_GRACE_S = 5.0
 
@@ -75,11 +78,7 @@ class DrainingServer(uvicorn.Server):
         state: GatewayState,
         drain_timeout_s: float,
         exit_on_engine_death: bool = False,
-        repeat_window_s: float = 0.0,
     ) -> None:
-        """``repeat_window_s``: a signal this soon after the first is the same
-        stop, not a second one (a worker of ``serve --workers`` gets each stop
-        twice when its process group is signalled: directly and forwarded)."""
         super().__init__(config)
         self.state = state
         self.drain_timeout_s = drain_timeout_s
@@ -88,9 +87,9 @@ class DrainingServer(uvicorn.Server):
         self.exit_on_engine_death = exit_on_engine_death
         self.engine_died = False
         self._served = False
-        self._signalled = False
-        self._signalled_at = 0.0
-        self.repeat_window_s = repeat_window_s
+        self._signalled = False  # by SIGINT / SIGTERM
+        self._supervisor_stopped = False  # by SUPERVISOR_STOP_SIGNAL
+        self._drain_begun = False
         self._drain: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -99,24 +98,44 @@ class DrainingServer(uvicorn.Server):
         await super().serve(sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        loop = self._loop
-        if self._signalled and time.monotonic() - self._signalled_at < self.repeat_window_s:
-            return  # the same stop, delivered twice
-        if self._signalled or self.should_exit or loop is None or not self.started:
-            # A second signal (or one before serving began): exit now.
-            log.warning("signal %s: exiting now", signal.Signals(sig).name)
-            self.force_exit = True
-            super().handle_exit(sig, frame)
+        """SIGINT / SIGTERM: the first drains, a second exits now."""
+        if self._signalled or not self._may_drain():
+            self._exit_now(sig, frame)
             return
-        log.info("signal %s: draining (a second signal exits now)", signal.Signals(sig).name)
         self._signalled = True
-        self._signalled_at = time.monotonic()
         # uvicorn re-raises captured signals after shutdown: the exit status tells which.
         captured = getattr(self, "_captured_signals", None)
         if isinstance(captured, list):
             captured.append(sig)
+        self._begin_drain(sig)
+
+    def handle_supervisor_stop(self, sig: int, frame: FrameType | None) -> None:
+        """The supervisor's forwarded stop (:data:`SUPERVISOR_STOP_SIGNAL`), counted
+        apart from the signals this process gets itself: its first drains (if
+        nothing has yet), its second exits now."""
+        if self._supervisor_stopped or not self._may_drain():
+            self._exit_now(sig, frame)
+            return
+        self._supervisor_stopped = True
+        self._begin_drain(sig)
+
+    def _may_drain(self) -> bool:
+        return not self.should_exit and self._loop is not None and self.started
+
+    def _exit_now(self, sig: int, frame: FrameType | None) -> None:
+        # A second stop (or one before serving began).
+        log.warning("signal %s: exiting now", signal.Signals(sig).name)
+        self.force_exit = True
+        super().handle_exit(sig, frame)
+
+    def _begin_drain(self, sig: int) -> None:
+        if self._drain_begun:
+            return  # the other kind of stop began it
+        self._drain_begun = True
+        log.info("signal %s: draining (a second signal exits now)", signal.Signals(sig).name)
         self.state.draining = True  # /ready is 503 from this instant
-        loop.call_soon_threadsafe(self._start_drain)
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._start_drain)
 
     async def on_tick(self, counter: int) -> bool:
         state = self.state

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import socket
 import time
 from collections.abc import Callable
@@ -10,16 +11,12 @@ from collections.abc import Callable
 import uvicorn
 
 from gateway.app import create_app
-from gateway.drain import ENGINE_DEAD_EXIT_STATUS, DrainingServer
+from gateway.drain import ENGINE_DEAD_EXIT_STATUS, SUPERVISOR_STOP_SIGNAL, DrainingServer
 from gateway.settings import GatewaySettings
 from gateway.state import GatewayState
 from realtime_engine.engines.base import EngineError, SpeechEngine
 from realtime_engine.format import DEFAULT_CODEC_KERNELS, DEFAULT_CODEC_PRECISION
 from realtime_engine.talker.backends import TalkerOptions
-
-# A worker's stop signal may arrive twice at once: from the supervisor and
-# from whoever signalled the whole process group (timeout(1), systemd).
-WORKER_SIGNAL_REPEAT_S = 1.0
 
 
 def build_engine(
@@ -87,13 +84,7 @@ def build_server(
         ws_ping_interval=settings.ws_ping_interval_s,
         ws_ping_timeout=settings.ws_ping_timeout_s,
     )
-    server = DrainingServer(
-        config,
-        state,
-        settings.drain_timeout_s,
-        settings.exit_on_engine_death,
-        repeat_window_s=WORKER_SIGNAL_REPEAT_S if settings.workers > 1 else 0.0,
-    )
+    server = DrainingServer(config, state, settings.drain_timeout_s, settings.exit_on_engine_death)
     return server, state
 
 
@@ -113,6 +104,8 @@ async def serve(
     the engine is warm; a worker's supervisor announces the address then.
     """
     server, state = build_server(settings, engine, log_level)
+    if settings.workers > 1:  # a worker: its supervisor's stops come as their own signal
+        signal.signal(SUPERVISOR_STOP_SIGNAL, server.handle_supervisor_stop)
     task = asyncio.create_task(server.serve(sockets))
     started = time.perf_counter()
     while not server.started and not task.done():

@@ -16,8 +16,10 @@ The engine:
 - every other engine (the CPU voice, the in-process reference talker, the
   fake) runs in each worker, one copy per worker.
 
-This process also forwards SIGINT and SIGTERM to the workers (each drains
-its own sessions; a second signal exits at once) and the device-trace signal
+This process also passes SIGINT and SIGTERM on to the workers, as
+``SUPERVISOR_STOP_SIGNAL`` (each drains its own sessions; a second stop exits
+at once; a worker signalled directly as well counts each kind apart, so one
+stop sent to the whole process group is one stop) and the device-trace signal
 to the first live worker, says ``ready`` once every
 worker is, and stops them all when one exits unexpectedly (its status
 becomes the server's). Workers die with it (``PR_SET_PDEATHSIG`` on Linux).
@@ -44,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.device_trace import TRACE_SIGNAL
+from gateway.drain import SUPERVISOR_STOP_SIGNAL
 from gateway.settings import GatewaySettings
 from gateway.shared_admission import admission_capacity, create_admission_file
 from gateway.voice_backends import shared_voice_dir_for_workers
@@ -234,12 +237,15 @@ class Supervisor:
         self.ready: set[int] = set()
 
     def on_signal(self, signum: int, frame: object) -> None:
-        """Forward to every worker: the first drains, a second exits at once."""
+        """Pass the stop on to every worker as :data:`SUPERVISOR_STOP_SIGNAL`: the
+        first drains, a second exits at once. Its own signal, not ``signum``: a
+        worker also signalled directly (its process group was) must not count
+        the two copies of one stop as two stops, however far apart they land."""
         self.stopping = True
         for proc in self.procs:
             if proc.exitcode is None and proc.pid is not None:
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signum)
+                    os.kill(proc.pid, SUPERVISOR_STOP_SIGNAL)
 
     def on_trace_signal(self, signum: int, frame: object) -> None:
         """The device-trace toggle (gateway.device_trace): one engine, so one worker asks it."""
@@ -333,11 +339,18 @@ def _die_with_parent() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+def _exit_before_serving(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
 def worker_main(
     plan: WorkerPlan, sock: socket.socket, events: multiprocessing.connection.Connection
 ) -> None:
     """A worker process: build the engine, serve on the shared and the private socket."""
     _die_with_parent()
+    # A stop before serving begins (the engine still loading) ends the worker now;
+    # once serving, the server's own handler takes over (gateway.serving.serve).
+    signal.signal(SUPERVISOR_STOP_SIGNAL, _exit_before_serving)
     from gateway.serving import build_engine, serve
     from realtime_engine.engines.base import EngineError
 

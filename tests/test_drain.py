@@ -106,3 +106,40 @@ async def test_second_signal_exits_at_once() -> None:
         await server.wait(10)
         assert time.perf_counter() - started < 5, server.output()
         await asyncio.wait_for(client.task, 10)  # the connection ended too
+
+
+async def test_a_supervisors_stop_and_a_direct_signal_are_counted_apart() -> None:
+    """A worker of ``serve --workers N`` whose process group is signalled gets one
+    stop twice, directly and through its supervisor, as far apart as scheduling
+    puts them: one of each kind drains; a second of either kind exits now."""
+    from gateway.drain import SUPERVISOR_STOP_SIGNAL
+    from gateway.serving import build_server
+    from gateway.settings import GatewaySettings
+    from realtime_engine.engines.fake import FakeEngine
+
+    for first, then in [
+        (signal.SIGTERM, SUPERVISOR_STOP_SIGNAL),
+        (SUPERVISOR_STOP_SIGNAL, signal.SIGINT),
+    ]:
+        server, state = build_server(GatewaySettings(port=0), FakeEngine(), log_level="warning")
+        stop = {
+            signal.SIGTERM: server.handle_exit,
+            signal.SIGINT: server.handle_exit,
+            SUPERVISOR_STOP_SIGNAL: server.handle_supervisor_stop,
+        }
+        task = asyncio.create_task(server.serve())
+        try:
+            while not server.started:
+                assert not task.done()
+                await asyncio.sleep(0.01)
+            stop[first](first, None)
+            assert state.draining and not server.force_exit
+            stop[then](then, None)  # the same stop's other copy, however late
+            assert not server.force_exit
+            stop[then](then, None)  # a second stop of that kind
+            assert server.force_exit
+        finally:
+            # uvicorn re-raises the signals it captured once it stops: none were sent
+            getattr(server, "_captured_signals", []).clear()
+            server.should_exit = True
+            await asyncio.wait_for(task, 15)

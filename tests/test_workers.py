@@ -141,6 +141,28 @@ async def test_a_stop_sent_to_the_whole_process_group_still_drains_open_contexts
         assert "exiting now" not in server.output()
 
 
+async def test_a_second_stop_sent_to_the_supervisor_alone_exits_at_once() -> None:
+    """systemd's KillMode=process or ``kill PID`` reach the supervisor only: its first
+    stop drains the workers, its second ends them without waiting for the drain."""
+    paced = ["--fake-options", json.dumps({"realtime_factor": 1.0}), "--drain-timeout", "60"]
+    async with server_process([*FAKE, *paced]) as server:
+        ws = await open_session(server.url)
+        text = "This sentence takes a few seconds to speak at the pace of real time. " * 6
+        await ws.send(json.dumps({"type": "text.append", "context_id": "c", "text": text}))
+        await ws.send(json.dumps({"type": "context.end", "context_id": "c"}))
+        while not isinstance(await ws.recv(), bytes):
+            pass  # until its audio has started
+        server.proc.send_signal(signal.SIGTERM)
+        async with httpx.AsyncClient() as http:
+            while (await http.get(f"{server.url}/ready", timeout=5)).status_code != 503:
+                await asyncio.sleep(0.05)  # a worker drains: this session holds it open
+        server.proc.send_signal(signal.SIGTERM)
+        started = asyncio.get_running_loop().time()
+        await server.wait(30)
+        assert asyncio.get_running_loop().time() - started < 10, server.output()
+        assert "exiting now" in server.output()
+
+
 async def test_a_worker_that_dies_stops_the_server_with_an_error() -> None:
     async with server_process(FAKE) as server:
         first, second = worker_pids(server)

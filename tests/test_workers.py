@@ -21,6 +21,7 @@ from vllm_support.cpu_env import vllm_available
 from websockets.asyncio.client import ClientConnection, connect
 
 from gateway.cli import build_parser, main, settings_from_args
+from gateway.drain import SUPERVISOR_STOP_SIGNAL
 from gateway.settings import GatewaySettings
 from gateway.workers import (
     DEFAULT_TALKER_HOST_WORKERS,
@@ -256,7 +257,8 @@ async def test_a_talker_host_that_stops_by_itself_stops_every_worker() -> None:
     await asyncio.gather(task, return_exceptions=True)
     try:
         supervisor._host_ended(task)
-        assert await asyncio.to_thread(sleeper.wait, 30) == -signal.SIGTERM
+        # a stand-in with no handler dies of the supervisor's stop signal
+        assert await asyncio.to_thread(sleeper.wait, 30) == -SUPERVISOR_STOP_SIGNAL
         assert supervisor.failed and supervisor.stopping
         assert said == [
             "error: the talker host stopped: RuntimeError('socket gone'); stopping the workers"

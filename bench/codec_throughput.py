@@ -26,7 +26,9 @@ eager compile-free baselines). Writes ``$OUT/codec_throughput.json``.
 ``serve``): ``snake`` (one Triton kernel per activation, CUDA) and
 ``compiled`` (the whole step through torch.compile). A ``+nhwc`` suffix
 (``tf32:compiled+nhwc``) runs the convolutions on channels-last tensors
-(``CausalDac(channels_last=True)``, not a serving option yet).
+(``CausalDac(channels_last=True)``, not a serving option yet); ``+gemm``
+(``fp16:compiled+gemm``) runs the convolutions of 256 channels or more as
+matrix products over their gathered taps (``CausalDac(gemm_channels=256)``).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from typing import Any
 
 import torch
 
+from realtime_engine.codec.causal import GEMM_CHANNELS
 from realtime_engine.codec.decoder import CODEC_PRECISIONS, CodecDecoder
 from realtime_engine.codec.layout import CodecDims
 from realtime_engine.format import FRAMES_PER_SECOND
@@ -105,10 +108,15 @@ def measure(
         codec = copy.deepcopy(codec)
     codec.set_precision(precision)
     base, _, layout = kernels.partition("+")
-    if layout not in ("", "nhwc"):
-        raise ValueError(f"unknown layout suffix {layout!r} in {kernels!r} (only +nhwc)")
+    if layout not in ("", "nhwc", "gemm"):
+        raise ValueError(f"unknown layout suffix {layout!r} in {kernels!r} (+nhwc or +gemm)")
     slots = CodecSlots(
-        codec, max(batches), graphs=True, kernels=base, channels_last=layout == "nhwc"
+        codec,
+        max(batches),
+        graphs=True,
+        kernels=base,
+        channels_last=layout == "nhwc",
+        gemm_channels=GEMM_CHANNELS if layout == "gemm" else None,
     )
     t = time.perf_counter()
     slots.warm_up()

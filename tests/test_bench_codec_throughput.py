@@ -79,6 +79,9 @@ def test_the_codec_profile_names_the_steps_operators(tmp_path: Path) -> None:
     table = (tmp_path / "codec_profile_3.txt").read_text()
     assert "channels-last" in table.splitlines()[0] and "aten::conv2d" in table
     assert (tmp_path / "codec_profile_2.json.gz").stat().st_size > 0
+    # the summary by kind of kernel: on the CPU the trace has no device kernels
+    kinds = (tmp_path / "codec_profile_2_kinds.txt").read_text()
+    assert kinds.startswith("codec step, batch 2") and "0 kernels, 0 us a step" in kinds
 
 
 @pytest.mark.usefixtures("one_torch_thread")

@@ -20,10 +20,12 @@ import sys
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from realtime_engine.codec.causal import conv1d_as_gemm
 from realtime_engine.codec.dac import ResidualUnit, Snake1d
 from realtime_engine.codec.decoder import CodecDecoder, load_codec_decoder
 from realtime_engine.codec.delay import apply_delay
@@ -103,30 +105,34 @@ def test_delay_is_the_right_paddings_summed_through_the_upsampling(
     assert 9 * HOP < core.delay <= 10 * HOP  # the +-10 frame receptive field
 
 
-# channels_last: the convolutions as conv2d over channels-last tensors (CausalDac)
-@pytest.mark.parametrize("channels_last", [False, True])
+# the convolutions' forms (CausalDac): conv1d; conv2d over channels-last tensors;
+# every convolution wider than one tap as one matrix product over gathered taps
+LAYOUTS = {"conv1d": {}, "channels_last": {"channels_last": True}, "gemm": {"gemm_channels": 1}}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
 @settings(max_examples=40, deadline=None)
 @given(grouping=groupings(), seed=st.integers(0, 2**16))
 def test_any_arrival_pattern_equals_whole_decode_f64(
-    codec64: CodecDecoder, channels_last: bool, grouping: tuple[int, list[int]], seed: int
+    codec64: CodecDecoder, layout: str, grouping: tuple[int, list[int]], seed: int
 ) -> None:
     frames, groups = grouping
     codes = random_codes(frames, seed)
-    core = StreamingCodec(codec64, 2, channels_last=channels_last)
+    core = StreamingCodec(codec64, 2, **LAYOUTS[layout])
     out = streamed(core, 1, codes, groups)
     assert out.shape == (frames * HOP,)
     assert rel(out, whole(codec64, codes)) < EXACT_F64
 
 
-@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("layout", LAYOUTS)
 @settings(max_examples=25, deadline=None)
 @given(grouping=groupings(), seed=st.integers(0, 2**16))
 def test_any_arrival_pattern_equals_whole_decode_fp32(
-    codec32: CodecDecoder, channels_last: bool, grouping: tuple[int, list[int]], seed: int
+    codec32: CodecDecoder, layout: str, grouping: tuple[int, list[int]], seed: int
 ) -> None:
     frames, groups = grouping
     codes = random_codes(frames, seed)
-    out = streamed(StreamingCodec(codec32, 1, channels_last=channels_last), 0, codes, groups)
+    out = streamed(StreamingCodec(codec32, 1, **LAYOUTS[layout]), 0, codes, groups)
     assert out.dtype == torch.float32
     assert rel(out, codec32.decode(codes[None])[0, 0]) < FP32_ROUNDING
 
@@ -501,3 +507,66 @@ def test_channels_last_runs_every_convolution_on_channels_last_input(
         assert set(mode.inputs) == {(4, True)}
     else:
         assert {rank for rank, _ in mode.inputs} == {3}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    batch=st.integers(1, 3),
+    in_channels=st.integers(1, 6),
+    out_channels=st.integers(1, 5),
+    taps=st.integers(1, 7),
+    dilation=st.integers(1, 9),
+    length=st.integers(1, 12),
+    bias=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_a_convolution_as_one_matrix_product_equals_conv1d(
+    batch: int,
+    in_channels: int,
+    out_channels: int,
+    taps: int,
+    dilation: int,
+    length: int,
+    bias: bool,
+    seed: int,
+) -> None:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, in_channels, length + dilation * (taps - 1), generator=g).double()
+    weight = torch.randn(out_channels, in_channels, taps, generator=g).double()
+    b = torch.randn(out_channels, generator=g).double() if bias else None
+    got = conv1d_as_gemm(x, weight, b, dilation)
+    assert got.shape == (batch, out_channels, length)
+    torch.testing.assert_close(got, F.conv1d(x, weight, b, dilation=dilation), rtol=0, atol=1e-12)
+
+
+def test_gemm_channels_takes_the_wide_convolutions_from_cudnn(codec32: CodecDecoder) -> None:
+    # what the option buys is that those convolutions are no convolution calls:
+    # count them in a step and a tail, with every wide one (16 channels or more) taken
+    core = StreamingCodec(codec32, 2, gemm_channels=16)
+    plain = StreamingCodec(codec32, 2)
+    codes = torch.randint(0, 1024, (2, 8, 2))
+    counts = []
+    for c in (plain, core):
+        c.reset([0, 1])
+        with _ConvolutionWeights() as mode:
+            c.step([0, 1], codes)
+            c.peek([0, 1])
+        counts.append(mode.shapes)
+    wide = [s for s in counts[0] if s[2] > 1 and s[1] >= 16]
+    assert wide, "the tiny codec has convolutions of 16 channels or more"
+    assert counts[1] == [s for s in counts[0] if s not in wide]
+    with pytest.raises(ValueError, match="gemm_channels"):
+        StreamingCodec(codec32, 1, gemm_channels=0)
+
+
+class _ConvolutionWeights(TorchDispatchMode):
+    """Records each convolution's weight shape ``(O, I, K)``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shapes: list[tuple[int, ...]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in _CONVOLUTIONS:
+            self.shapes.append(tuple(args[1].shape))
+        return func(*args, **(kwargs or {}))

@@ -161,6 +161,17 @@ def test_the_switch_interval_is_pythons_unless_a_number_in_range_is_given() -> N
             switch_interval_option({"switch_interval_ms": bad})
 
 
+def test_the_convolutions_stay_convolutions_unless_a_channel_count_is_given() -> None:
+    from realtime_engine.talker.vllm_state import gemm_channels_option
+
+    assert gemm_channels_option({}) is None
+    assert gemm_channels_option({"gemm_channels": None}) is None
+    assert gemm_channels_option({"gemm_channels": 256}) == 256
+    for bad in (0, -1, 2.5, True, "256", [256]):
+        with pytest.raises(ValueError, match="gemm_channels"):
+            gemm_channels_option({"gemm_channels": bad})
+
+
 def test_the_decode_thread_is_off_unless_the_codec_options_say_true() -> None:
     from realtime_engine.talker.vllm_state import decode_thread_option
 

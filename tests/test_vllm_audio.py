@@ -142,11 +142,14 @@ def close_to_peak(got: np.ndarray, want: np.ndarray) -> bool:
     return got.shape == want.shape and bool(np.abs(got - want).max() <= 1e-5 * np.abs(want).max())
 
 
+# gemm_channels 1: every convolution wider than a tap as one matrix product
+@pytest.mark.parametrize("gemm_channels", [None, 1])
 def test_finished_preempted_and_reused_slots_give_whole_utterance_audio(
-    codec: CodecDecoder, inbox: Inbox
+    codec: CodecDecoder, inbox: Inbox, gemm_channels: int | None
 ) -> None:
     table = torch.randint(0, 1026, (SLOTS, POSITIONS, 8), dtype=torch.int16)  # stale garbage
-    audio = VllmAudio(codec, table, max_batch=2)
+    audio = VllmAudio(codec, table, max_batch=2, gemm_channels=gemm_channels)
+    assert audio.codec.device_codec.stream_codec.layers.gemm_channels == gemm_channels
     endpoint = inbox.receiver.endpoint
     exact = get_preset("exact")
     rng = np.random.default_rng(0)

@@ -4,10 +4,13 @@ Runs the engine's codec step (:class:`~realtime_engine.talker.codec_slots.CodecS
 one frame per slot, TF32, eager so that every operator shows) at one batch
 size through the real-size codec with random weights, and writes the
 operators and kernels sorted by device time to ``$OUT/codec_profile_<B>.txt``
-(and a Chrome trace, gzipped). ``--tiny`` runs it on the CPU at tiny size
-(a smoke check of the script). ``--kernels compiled`` profiles the compiled
-step (uncaptured too: Inductor's fused kernels show by name);
-``--channels-last``, the convolutions on channels-last tensors.
+(and a Chrome trace, gzipped), and the device time a step by kind of kernel
+(``bench.gpu.kernel_kinds``) to ``$OUT/codec_profile_<B>_kinds.txt``.
+``--tiny`` runs it on the CPU at tiny size (a smoke check of the script).
+``--kernels compiled`` profiles the compiled step (uncaptured too: Inductor's
+fused kernels show by name); ``--precision fp16``, the codec in float16;
+``--channels-last``, the convolutions on channels-last tensors;
+``--gemm-channels 256``, the wide convolutions as matrix products.
 
     python -m bench.gpu.codec_profile --batch 256 [--steps 5] [--kernels compiled] [--channels-last]
 """
@@ -24,6 +27,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from bench.gpu.kernel_kinds import by_kind, load_events, render
 from bench.gpu.random_codec import random_codec
 from realtime_engine.format import CODEC_KERNELS
 from realtime_engine.talker.codec_slots import CodecSlots
@@ -36,13 +40,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--precision", default="tf32")
     ap.add_argument("--kernels", choices=CODEC_KERNELS, default="eager")
     ap.add_argument("--channels-last", action="store_true")
+    ap.add_argument(
+        "--gemm-channels", type=int, help="convolutions this wide or wider as matrix products"
+    )
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args(argv)
     codec = random_codec(args.precision, args.tiny)
     device, dims = codec.device, codec.dims
     cuda = device.type == "cuda"
-    slots = CodecSlots(codec, args.batch, kernels=args.kernels, channels_last=args.channels_last)
+    slots = CodecSlots(
+        codec,
+        args.batch,
+        kernels=args.kernels,
+        channels_last=args.channels_last,
+        gemm_channels=args.gemm_channels,
+    )
     slots.warm_up()  # compiles (compiled kernels); no graphs: every kernel shows
     table = torch.randint(0, dims.codebook_size, (args.batch, 8, 8), device=device)
     table = table.to(torch.int16)
@@ -64,15 +77,18 @@ def main(argv: list[str] | None = None) -> int:
     header = (
         f"codec step, batch {args.batch}, {args.steps} steps, precision {args.precision}, "
         f"{torch.cuda.get_device_name() if cuda else 'cpu'}, {args.kernels} kernels"
-        f"{', channels-last' if args.channels_last else ''} (no graph)\n"
+        f"{', channels-last' if args.channels_last else ''}"
+        f"{f', gemm from {args.gemm_channels} channels' if args.gemm_channels else ''} (no graph)\n"
     )
     (out / f"codec_profile_{args.batch}.txt").write_text(header + table_text)
     trace = out / f"codec_profile_{args.batch}.json"
     prof.export_chrome_trace(str(trace))
+    kinds = render(by_kind(load_events(trace), args.steps), header.strip())
+    (out / f"codec_profile_{args.batch}_kinds.txt").write_text(kinds)
     with trace.open("rb") as src, gzip.open(f"{trace}.gz", "wb") as dst:
         shutil.copyfileobj(src, dst)
     trace.unlink()
-    print(header + table_text)
+    print(header + table_text + kinds)
     return 0
 
 

@@ -103,12 +103,26 @@ class CausalDac:
     ``channels_last``: the convolutions run as ``conv2d`` over channels-last
     inputs and weights (cuDNN's TF32 kernels read that layout; given
     ``[B, C, T]`` they transpose every input and output); an experiment until
-    measured, off by default."""
+    measured, off by default.
+    ``gemm_channels``: convolutions of a kernel wider than 1 over at least this
+    many input channels run as one matrix product over their gathered taps
+    (:func:`conv1d_as_gemm`) instead of through cuDNN, whose float16 kernels
+    for the first block's dilated convolutions, at a step's few samples per
+    slot, are a slow generic fallback; None (the default): none do."""
 
-    def __init__(self, dac: DacDecoder, fused: bool = False, channels_last: bool = False) -> None:
+    def __init__(
+        self,
+        dac: DacDecoder,
+        fused: bool = False,
+        channels_last: bool = False,
+        gemm_channels: int | None = None,
+    ) -> None:
+        if gemm_channels is not None and gemm_channels < 1:
+            raise ValueError(f"gemm_channels must be at least 1 or None; got {gemm_channels}")
         self.dac = dac
         self.fused = fused
         self.channels_last = channels_last
+        self.gemm_channels = gemm_channels
         # per (module, side): a convolution's (side 0) or a folded unit's conv1 and
         # conv2 (sides 1, 2) channels-last weight; modules live as long as this view
         self._nhwc: dict[tuple[int, int], torch.Tensor] = {}
@@ -221,6 +235,14 @@ class CausalDac:
                 cached = torch.reciprocal(_widened(alpha) + 1e-9).to(alpha.dtype)
             self._inverses[id(snake)] = cached
         return cached
+
+    def as_gemm(self, conv: nn.Conv1d) -> bool:
+        """Whether ``conv`` runs as one matrix product (see ``gemm_channels``)."""
+        return (
+            self.gemm_channels is not None
+            and conv.kernel_size[0] > 1
+            and conv.in_channels >= self.gemm_channels
+        )
 
     def nhwc_weight(self, owner: nn.Module, side: int, weight: torch.Tensor) -> torch.Tensor | None:
         """``weight`` ``[O, I, K]`` as ``[O, I, 1, K]`` in channels-last memory, made once
@@ -460,8 +482,34 @@ class _Pass:
         else:
             assert owner is not None, "a weight of its own needs the unit it is kept for"
             side = 1
+        if self.net.as_gemm(conv):
+            return conv1d_as_gemm(full, weight, bias, conv.dilation[0])
         nhwc = self.net.nhwc_weight(owner, side, weight)
         return _conv1d(full, weight, bias, conv.dilation[0], nhwc)
+
+
+# ``gemm_channels`` for the real codec's benches: its first convolution and first two
+# blocks (256 to 1024 channels, 1 to 40 samples a frame)
+GEMM_CHANNELS = 256
+
+
+def conv1d_as_gemm(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, dilation: int
+) -> torch.Tensor:
+    """``F.conv1d(x, weight, bias, dilation=dilation)`` (stride 1, no padding) as
+    one matrix product: every output column's ``K`` dilated taps gathered as
+    ``[I * K, B * T]`` and multiplied by ``weight`` seen as ``[O, I * K]``. The
+    result is ``[B, O, T]``, laid out as ``[O, B, T]`` (a permuted view)."""
+    out_channels, in_channels, taps = weight.shape
+    batch, length = x.shape[0], x.shape[-1] - dilation * (taps - 1)
+    columns = torch.stack([x[..., k * dilation : k * dilation + length] for k in range(taps)], 2)
+    columns = columns.permute(1, 2, 0, 3).reshape(in_channels * taps, batch * length)
+    y = (weight.reshape(out_channels, in_channels * taps) @ columns).view(
+        out_channels, batch, length
+    )
+    if bias is not None:
+        y = y + bias[:, None, None]
+    return y.permute(1, 0, 2)
 
 
 def _conv1d(

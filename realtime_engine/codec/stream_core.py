@@ -58,8 +58,10 @@ class StreamingCodec:
         *,
         fused: bool = False,
         channels_last: bool = False,
+        gemm_channels: int | None = None,
     ) -> None:
-        """``fused``, ``channels_last``: see :class:`~realtime_engine.codec.causal.CausalDac`."""
+        """``fused``, ``channels_last``, ``gemm_channels``: see
+        :class:`~realtime_engine.codec.causal.CausalDac`."""
         if max_slots < 1:
             raise ValueError(f"max_slots must be >= 1; got {max_slots}")
         if device is not None and torch.device(device) != codec.device:
@@ -67,7 +69,12 @@ class StreamingCodec:
         self.codec = codec.eval()
         self.device = codec.device
         # fused activations: one compiled kernel each (CUDA; compiles on first use)
-        self.layers = CausalDac(codec.acoustic_decoder, fused=fused, channels_last=channels_last)
+        self.layers = CausalDac(
+            codec.acoustic_decoder,
+            fused=fused,
+            channels_last=channels_last,
+            gemm_channels=gemm_channels,
+        )
         self.max_slots = max_slots
         self.hop = codec.hop
         self.num_quantizers = codec.dims.num_quantizers

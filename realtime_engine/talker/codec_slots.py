@@ -106,6 +106,7 @@ class CodecSlots:
         stream_priority: str = DEFAULT_CODEC_STREAM_PRIORITY,
         compile_workers: int | None = None,
         channels_last: bool = False,
+        gemm_channels: int | None = None,
     ) -> None:
         """``bucket_tails``: run tails padded to the step's batch buckets, from
         static buffers (default: where the step is captured, so they are too).
@@ -113,8 +114,9 @@ class CodecSlots:
         (:data:`CODEC_STREAM_PRIORITIES`). ``compile_workers``: Inductor's workers
         while the compiled kernels' warm-up compiles them (default: a worker per
         core, :func:`~realtime_engine.talker.compile_workers.default_compile_workers`).
-        ``channels_last``: the convolutions in channels-last layout
-        (:class:`~realtime_engine.codec.causal.CausalDac`; an experiment, off)."""
+        ``channels_last``: the convolutions in channels-last layout;
+        ``gemm_channels``: the wide convolutions as matrix products
+        (:class:`~realtime_engine.codec.causal.CausalDac`; experiments, off)."""
         if stream_priority not in CODEC_STREAM_PRIORITIES:
             raise ValueError(
                 f"codec stream priority must be one of {CODEC_STREAM_PRIORITIES};"
@@ -126,7 +128,11 @@ class CodecSlots:
         # the activation kernel is Triton's: CUDA only
         fused = kernels == "snake" and self._cuda
         self.stream_codec = StreamingCodec(
-            codec, max_slots=slots + 1, fused=fused, channels_last=channels_last
+            codec,
+            max_slots=slots + 1,
+            fused=fused,
+            channels_last=channels_last,
+            gemm_channels=gemm_channels,
         )
         self.trash = slots  # never a talker slot: padded batch rows go here
         self.device = self.stream_codec.device

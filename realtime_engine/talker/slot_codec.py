@@ -107,7 +107,8 @@ class SlotCodec:
     """Per-request streaming state over :class:`CodecSlots` and the talker's row table.
 
     ``slots`` is the number of talker slots; ``max_batch`` bounds the chunks cut
-    in one call; ``graphs`` captures the codec step per batch bucket (CUDA)."""
+    in one call; ``graphs`` captures the codec step per batch bucket (CUDA);
+    ``gemm_channels``: see :class:`~realtime_engine.codec.causal.CausalDac`."""
 
     def __init__(
         self,
@@ -118,9 +119,15 @@ class SlotCodec:
         graphs: bool = False,
         kernels: str = DEFAULT_CODEC_KERNELS,
         stream_priority: str = DEFAULT_CODEC_STREAM_PRIORITY,
+        gemm_channels: int | None = None,
     ) -> None:
         self.device_codec = CodecSlots(
-            codec, slots, graphs=graphs, kernels=kernels, stream_priority=stream_priority
+            codec,
+            slots,
+            graphs=graphs,
+            kernels=kernels,
+            stream_priority=stream_priority,
+            gemm_channels=gemm_channels,
         )
         self.max_batch = max(1, max_batch)
         self.hop = self.device_codec.hop

@@ -183,6 +183,7 @@ class VllmAudio:
         watch_first_chunks: bool | None = None,
         first_chunks_ahead: bool | None = None,
         decode_thread: bool = False,
+        gemm_channels: int | None = None,
     ) -> None:
         """``step_event``: on CPU, where a step is complete when the host has it,
         makes each step's status wait for an event of this factory instead (to
@@ -193,7 +194,9 @@ class VllmAudio:
         ``decode_thread``: above :data:`WATCH_MAX_BATCH`, the watcher applies
         every status and decodes its audio as soon as its event completes, and
         the engine's thread only queues statuses (and still decodes what
-        ``remove`` needs); an experiment, off (see the module's notes)."""
+        ``remove`` needs); an experiment, off (see the module's notes).
+        ``gemm_channels``: the codec's wide convolutions as matrix products
+        (:class:`~realtime_engine.codec.causal.CausalDac`; an experiment, off)."""
         self._step_event = step_event
         self.codec = SlotCodec(
             codec,
@@ -202,6 +205,7 @@ class VllmAudio:
             graphs=graphs,
             kernels=kernels,
             stream_priority=stream_priority,
+            gemm_channels=gemm_channels,
         )
         # Streams of requests vLLM removed unfinished (preempted or aborted).
         self._detached: OrderedDict[str, SlotStream] = OrderedDict()

@@ -104,6 +104,7 @@ class HiggsModelState(DefaultModelState):
                     codec_options.get("stream_priority", DEFAULT_CODEC_STREAM_PRIORITY)
                 ),
                 decode_thread=decode_thread_option(codec_options),
+                gemm_channels=gemm_channels_option(codec_options),
             )
             if codec is not None and first_rank
             else None
@@ -278,6 +279,21 @@ def decode_thread_option(codec_options: dict[str, Any]) -> bool:
     value = codec_options.get("decode_thread", False)
     if not isinstance(value, bool):
         raise ValueError(f'higgs_codec["decode_thread"] must be true or false; got {value!r}')
+    return value
+
+
+def gemm_channels_option(codec_options: dict[str, Any]) -> int | None:
+    """``additional_config["higgs_codec"]["gemm_channels"]``: the codec's
+    convolutions over at least this many input channels run as matrix products
+    (:class:`~realtime_engine.codec.causal.CausalDac`; None: none do; an
+    experiment until served)."""
+    value = codec_options.get("gemm_channels")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f'higgs_codec["gemm_channels"] must be a whole number of at least 1; got {value!r}'
+        )
     return value
 
 

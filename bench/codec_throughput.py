@@ -28,7 +28,8 @@ eager compile-free baselines). Writes ``$OUT/codec_throughput.json``.
 (``tf32:compiled+nhwc``) runs the convolutions on channels-last tensors
 (``CausalDac(channels_last=True)``, not a serving option yet); ``+gemm``
 (``fp16:compiled+gemm``) runs the convolutions of 256 channels or more as
-matrix products over their gathered taps (``CausalDac(gemm_channels=256)``).
+matrix products over their gathered taps (``CausalDac(gemm_channels=256)``);
+``+gemm64``, those of 64 channels or more.
 """
 
 from __future__ import annotations
@@ -95,6 +96,20 @@ def stream_error(slots: CodecSlots, codes: torch.Tensor, exact: torch.Tensor) ->
     return float((got - exact).abs().max() / exact.abs().max())
 
 
+def layout_of(kernels: str) -> tuple[str, str, int | None]:
+    """``kernels[+nhwc|+gemm|+gemmN]`` as (kernels, layout, gemm_channels): ``+gemm``
+    takes convolutions of :data:`GEMM_CHANNELS` channels or more, ``+gemmN`` of N."""
+    base, _, layout = kernels.partition("+")
+    if layout in ("", "nhwc"):
+        return base, layout, None
+    if layout == "gemm":
+        return base, layout, GEMM_CHANNELS
+    digits = layout.removeprefix("gemm")
+    if layout.startswith("gemm") and digits.isdigit() and int(digits) >= 1:
+        return base, "gemm", int(digits)
+    raise ValueError(f"unknown layout suffix {layout!r} in {kernels!r} (+nhwc, +gemm or +gemmN)")
+
+
 def measure(
     codec: CodecDecoder,
     precision: str,
@@ -107,16 +122,14 @@ def measure(
     if precision == "fp16":  # the cast rounds the weights: later variants keep float32
         codec = copy.deepcopy(codec)
     codec.set_precision(precision)
-    base, _, layout = kernels.partition("+")
-    if layout not in ("", "nhwc", "gemm"):
-        raise ValueError(f"unknown layout suffix {layout!r} in {kernels!r} (+nhwc or +gemm)")
+    base, layout, gemm_channels = layout_of(kernels)
     slots = CodecSlots(
         codec,
         max(batches),
         graphs=True,
         kernels=base,
         channels_last=layout == "nhwc",
-        gemm_channels=GEMM_CHANNELS if layout == "gemm" else None,
+        gemm_channels=gemm_channels,
     )
     t = time.perf_counter()
     slots.warm_up()

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.codec_throughput import main
+from bench.codec_throughput import layout_of, main
+from realtime_engine.codec.causal import GEMM_CHANNELS
 
 
 @pytest.mark.usefixtures("one_torch_thread")
@@ -222,3 +223,13 @@ def test_the_handoff_bench_reports_a_latency_per_switch_interval(tmp_path: Path)
         latency = r["batch_latency_ms"]
         # a step holds at least its wait
         assert r["step_ms"] >= 0.5 and 0 < latency["p50"] <= latency["p95"] <= latency["max"]
+
+
+def test_a_variant_names_its_layout_and_the_channels_taken_as_products() -> None:
+    assert layout_of("tf32:compiled") == ("tf32:compiled", "", None)
+    assert layout_of("fp16:compiled+nhwc") == ("fp16:compiled", "nhwc", None)
+    assert layout_of("fp16:compiled+gemm") == ("fp16:compiled", "gemm", GEMM_CHANNELS)
+    assert layout_of("tf32:eager+gemm64") == ("tf32:eager", "gemm", 64)
+    for bad in ("tf32:eager+gemm0", "tf32:eager+gemmx", "tf32:eager+nchw", "tf32:eager+gemm-1"):
+        with pytest.raises(ValueError, match="layout suffix"):
+            layout_of(bad)

@@ -64,8 +64,12 @@ def peak_error(a: np.ndarray, b: np.ndarray) -> float:
 class Harness:
     """A talker stand-in: writes rows into a table, tells the codec, collects chunks."""
 
-    def __init__(self, codec: CodecDecoder, kernels: str = "eager") -> None:
-        self.codec = SlotCodec(codec, slots=SLOTS, max_batch=3, kernels=kernels)
+    def __init__(
+        self, codec: CodecDecoder, kernels: str = "eager", gemm_channels: int | None = None
+    ) -> None:
+        self.codec = SlotCodec(
+            codec, slots=SLOTS, max_batch=3, kernels=kernels, gemm_channels=gemm_channels
+        )
         # stale garbage everywhere: a leak from an earlier request would show
         self.table = torch.randint(0, 1026, (SLOTS, POSITIONS, 8), dtype=torch.int16)
         self.chunks: dict[str, list[tuple[int, np.ndarray, bool]]] = {}
@@ -442,6 +446,26 @@ def test_the_compiled_float16_step_traces_once_and_stays_within_float16s_roundin
         assert audio.dtype == np.float32
         assert peak_error(audio, whole(exact, r).astype(np.float64)) <= 4e-2
     assert h.codec.device_codec.stream_codec.flat.dtype == torch.float16
+    assert counters["stats"]["unique_graphs"] - traced == 1
+
+
+def test_the_compiled_step_with_convolutions_as_products_traces_once_and_is_exact(
+    codec: CodecDecoder,
+) -> None:
+    """``gemm_channels`` (every convolution of the tiny codec wider than a tap as one
+    matrix product) through torch.compile: one graph for every batch size, and
+    the whole decode's audio for any grouping of arrivals."""
+    from torch._dynamo.utils import counters
+
+    h = Harness(codec, kernels="compiled", gemm_channels=1)
+    traced = counters["stats"]["unique_graphs"]
+    h.codec.warm_up()
+    rows = [talker_rows(n, seed) for seed, n in enumerate([33, 9, 21])]
+    for i, slot in enumerate([2, 0, 3]):
+        h.open(f"r{i}", slot, 3 * i, get_preset("exact"))
+    run(h, rows, [1, 4, 2, 7, 3])
+    for i, r in enumerate(rows):
+        assert peak_error(h.audio(f"r{i}"), offline(codec, r)) <= 1e-5
     assert counters["stats"]["unique_graphs"] - traced == 1
 
 

@@ -430,23 +430,16 @@ def test_the_compiled_float16_step_traces_once_and_stays_within_float16s_roundin
     """``--codec-precision fp16`` with the compiled step (CUDA's default kernels):
     the float16 state and float32 ring trace as one graph, and the audio stays
     within float16's rounding of the exact decode of the same weights."""
-    from torch._dynamo.utils import counters
-
     codec16 = copy.deepcopy(codec).half()
     h = Harness(codec16, kernels="compiled")
-    traced = counters["stats"]["unique_graphs"]
-    h.codec.warm_up()
-    rows = [talker_rows(n, seed) for seed, n in enumerate([33, 9, 21])]
-    for i, slot in enumerate([2, 0, 3]):
-        h.open(f"r{i}", slot, 3 * i, get_preset("exact"))
-    run(h, rows, [1, 4, 2, 7, 3])
+    rows, traced = three_streams_compiled(h)
     exact = copy.deepcopy(codec16).double()
     for i, r in enumerate(rows):
         audio = h.audio(f"r{i}")
         assert audio.dtype == np.float32
         assert peak_error(audio, whole(exact, r).astype(np.float64)) <= 4e-2
     assert h.codec.device_codec.stream_codec.flat.dtype == torch.float16
-    assert counters["stats"]["unique_graphs"] - traced == 1
+    assert traced == 1
 
 
 def test_the_compiled_step_with_convolutions_as_products_traces_once_and_is_exact(
@@ -455,18 +448,26 @@ def test_the_compiled_step_with_convolutions_as_products_traces_once_and_is_exac
     """``gemm_channels`` (every convolution of the tiny codec wider than a tap as one
     matrix product) through torch.compile: one graph for every batch size, and
     the whole decode's audio for any grouping of arrivals."""
+    h = Harness(codec, kernels="compiled", gemm_channels=1)
+    rows, traced = three_streams_compiled(h)
+    for i, r in enumerate(rows):
+        assert peak_error(h.audio(f"r{i}"), offline(codec, r)) <= 1e-5
+    assert traced == 1
+
+
+def three_streams_compiled(h: Harness) -> tuple[list[np.ndarray], int]:
+    """Warms ``h``'s compiled codec up, then runs three `exact` streams of 33, 9
+    and 21 rows (slots 2, 0, 3) arriving in groups; returns their rows and how
+    many graphs torch.compile traced meanwhile."""
     from torch._dynamo.utils import counters
 
-    h = Harness(codec, kernels="compiled", gemm_channels=1)
     traced = counters["stats"]["unique_graphs"]
     h.codec.warm_up()
     rows = [talker_rows(n, seed) for seed, n in enumerate([33, 9, 21])]
     for i, slot in enumerate([2, 0, 3]):
         h.open(f"r{i}", slot, 3 * i, get_preset("exact"))
     run(h, rows, [1, 4, 2, 7, 3])
-    for i, r in enumerate(rows):
-        assert peak_error(h.audio(f"r{i}"), offline(codec, r)) <= 1e-5
-    assert counters["stats"]["unique_graphs"] - traced == 1
+    return rows, counters["stats"]["unique_graphs"] - traced
 
 
 def test_the_default_kernels_are_compiled_on_cuda_and_eager_on_the_cpu(

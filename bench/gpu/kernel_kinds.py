@@ -8,6 +8,11 @@ elementwise kernels, index copies. ``bench.gpu.codec_profile`` writes this
 summary beside its trace.
 
     python -m bench.gpu.kernel_kinds codec_profile_256.json.gz --steps 5
+    python -m bench.gpu.kernel_kinds codec_profile_256.json.gz --calls aten::cudnn_convolution
+
+``--calls`` lists each call of a host operator within a step, in order, with
+its device time by kind of kernel: the codec's layers are a chain, so the order
+names the layer (RESULTS.md section 28 found cuDNN's float16 fallback so).
 """
 
 from __future__ import annotations
@@ -25,8 +30,12 @@ KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("layout transpose", ("nchwToNhwc", "nhwcToNchw")),
     ("triton fused", ("triton_",)),
     ("conv (cuDNN/cutlass)", ("fprop", "dgrad", "convolve", "conv2d", "implicit_gemm")),
-    ("gemm (half precision)", ("f16f16", "bf16bf16", "h1688", "h16816", "hgemm", "_f16_", "bf16")),
+    (
+        "gemm (half precision)",
+        ("f16f16", "bf16bf16", "h1688", "h16816", "hgemm", "_f16_", "bf16", "_hsh_"),
+    ),
     ("gemm (TF32)", ("tf32", "s1688gemm", "s16816gemm")),
+    ("gemm (cuBLAS nvjet)", ("nvjet",)),
     ("gemm (fp32 FFMA)", ("sgemm", "f32f32_f32f32", "gemm")),
     ("index copy", ("index_copy", "index_elementwise", "gather", "scatter")),
     ("elementwise (eager)", ("elementwise_kernel", "CatArrayBatchedCopy")),
@@ -69,6 +78,43 @@ def by_kind(events: list[dict[str, Any]], steps: int) -> dict[str, dict[str, flo
     }
 
 
+def kernels_by_call(events: list[dict[str, Any]], op: str, steps: int) -> list[dict[str, float]]:
+    """For each call of the host operator ``op`` within a step, in the order a
+    step makes them: its mean device microseconds over ``steps`` by kind of
+    kernel (kernels matched through the launches made inside the call).
+    Calls whose count is not a multiple of ``steps`` are an error."""
+    calls = sorted((e for e in events if e.get("name") == op and "dur" in e), key=_start)
+    if not calls or len(calls) % steps:
+        raise ValueError(f"{len(calls)} calls of {op!r} do not split into {steps} steps")
+    kernels = {
+        e["args"].get("correlation"): e
+        for e in events
+        if e.get("cat") == "kernel" and isinstance(e.get("args"), dict)
+    }
+    launches = sorted(
+        (e for e in events if e.get("cat") in _LAUNCHES and isinstance(e.get("args"), dict)),
+        key=_start,
+    )
+    per_step = len(calls) // steps
+    spent: list[dict[str, float]] = [defaultdict(float) for _ in range(per_step)]
+    for n, call in enumerate(calls):
+        begin, end = _start(call), _start(call) + float(call["dur"])
+        for launch in launches:
+            kernel = kernels.get(launch["args"].get("correlation"))
+            if kernel is not None and begin <= _start(launch) <= end:
+                spent[n % per_step][kind_of(kernel["name"])] += float(kernel["dur"]) / steps
+    return [dict(s) for s in spent]
+
+
+# where a trace records a kernel's launch: the runtime API, or the driver API
+# (cuBLAS's and cuDNN's own kernels)
+_LAUNCHES = ("cuda_runtime", "cuda_driver")
+
+
+def _start(event: dict[str, Any]) -> float:
+    return float(event["ts"])
+
+
 def render(kinds: dict[str, dict[str, float]], title: str) -> str:
     """The summary as text: one line a kind, with its share of the step."""
     total_us = sum(k["us_per_step"] for k in kinds.values())
@@ -87,11 +133,22 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.gpu.kernel_kinds", description=__doc__)
     ap.add_argument("trace", type=Path)
     ap.add_argument("--steps", type=int, default=5, help="steps the trace holds")
+    ap.add_argument(
+        "--calls",
+        metavar="OP",
+        help="instead: each call of this host operator in a step (aten::cudnn_convolution),"
+        " its device time by kind of kernel",
+    )
     args = ap.parse_args(argv)
     if args.steps < 1:
         ap.error("--steps must be at least 1")
-    kinds = by_kind(load_events(args.trace), args.steps)
-    sys.stdout.write(render(kinds, args.trace.name))
+    events = load_events(args.trace)
+    if args.calls is None:
+        sys.stdout.write(render(by_kind(events, args.steps), args.trace.name))
+        return 0
+    for index, kinds in enumerate(kernels_by_call(events, args.calls, args.steps)):
+        parts = ", ".join(f"{kind} {us:.1f}" for kind, us in kinds.items()) or "no kernel"
+        sys.stdout.write(f"{index:3d} {sum(kinds.values()):8.1f} us  ({parts})\n")
     return 0
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.codec_flops import achieved, count, main
+from bench.codec_flops import STATE_PASSES, achieved, count, main
+from realtime_engine.codec.causal import CausalDac
 from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.layout import CodecDims
 
@@ -52,7 +53,9 @@ def test_the_first_convolution_counts_as_its_shape_says(
 
 def test_achieved_rates_follow_from_the_step() -> None:
     per_frame = {"gflop_per_frame": 0.5, "mb_written_per_frame": 4.0}
-    rates = achieved(per_frame, batch=250, step_ms=2.5)
+    rates = achieved(
+        per_frame | {"state_mb_per_slot": 0.0}, batch=250, step_ms=2.5, bandwidth_gbs=1.0
+    )
     assert rates["tflop_per_s"] == pytest.approx(0.5 * 250 / 0.0025 / 1000)
     assert rates["gb_written_per_s"] == pytest.approx(4.0 * 250 / 0.0025 / 1000)
     assert rates["audio_s_per_s"] == pytest.approx(250 * 0.04 / 0.0025)
@@ -67,3 +70,23 @@ def test_main_writes_the_report(tmp_path: Path) -> None:
     assert report["achieved"]["batch"] == 4
     with pytest.raises(SystemExit):
         main(["--tiny", "--frames", "0", "--out", str(tmp_path)])
+
+
+def test_the_state_is_the_streaming_layers_buffers(tiny_counts: tuple[CodecDecoder, dict]) -> None:
+    codec, counts = tiny_counts
+    buffers = CausalDac(codec.acoustic_decoder).buffers
+    # float32: four bytes an element; the first buffer is conv1's input history
+    assert counts["state_mb_per_slot"] * 1e6 == pytest.approx(
+        4 * sum(spec.channels * spec.length for spec in buffers)
+    )
+    first = codec.acoustic_decoder.conv1
+    assert buffers[0].channels == first.in_channels
+    assert buffers[0].length == (first.kernel_size[0] - 1) * first.dilation[0]
+
+
+def test_the_state_traffic_follows_from_its_size() -> None:
+    per_frame = {"gflop_per_frame": 0.5, "mb_written_per_frame": 4.0, "state_mb_per_slot": 0.5}
+    rates = achieved(per_frame, batch=256, step_ms=3.0, bandwidth_gbs=4000.0)
+    moved = 0.5 * 256 * STATE_PASSES / 1000
+    assert rates["state_gb_moved_per_step"] == pytest.approx(moved)
+    assert rates["state_ms_at_bandwidth"] == pytest.approx(moved / 4000.0 * 1000)

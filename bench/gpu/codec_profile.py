@@ -12,7 +12,8 @@ fused kernels show by name); ``--precision fp16``, the codec in float16;
 ``--channels-last``, the convolutions on channels-last tensors;
 ``--gemm-channels 256``, the wide convolutions as matrix products.
 
-    python -m bench.gpu.codec_profile --batch 256 [--steps 5] [--kernels compiled] [--channels-last]
+    python -m bench.gpu.codec_profile --batch 256 [--steps 5] [--kernels compiled]
+        [--precision fp16] [--channels-last] [--gemm-channels 256]
 """
 
 from __future__ import annotations

@@ -29,7 +29,8 @@ DELAY_ROWS: Final = NUM_CODEBOOKS - 1
 # Codec arithmetic on CUDA (the CPU always computes fp32): fp32 (IEEE
 # convolutions), tf32 (TF32 tensor cores, ~1e-3 of the peak), bf16 (autocast)
 # or fp16 (the weights, state and activations in float16, products accumulated
-# in float32: half the bytes of every pass; ~2e-3 of the peak on random weights).
+# in float32, the wide convolutions as matrix products: the fastest codec step,
+# ~3e-3 of the peak on random weights; docs/presets.md).
 # tf32 by default: on an H200 the codec step is several times faster than in
 # fp32 at an error far below audibility (docs/bench/RESULTS.md, section 8).
 CODEC_PRECISIONS: Final = ("fp32", "tf32", "bf16", "fp16")

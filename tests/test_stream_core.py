@@ -25,7 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from realtime_engine.codec.causal import conv1d_as_gemm
+from realtime_engine.codec.causal import GEMM_CHANNELS, conv1d_as_gemm, resolve_gemm_channels
 from realtime_engine.codec.dac import ResidualUnit, Snake1d
 from realtime_engine.codec.decoder import CodecDecoder, load_codec_decoder
 from realtime_engine.codec.delay import apply_delay
@@ -557,6 +557,20 @@ def test_gemm_channels_takes_the_wide_convolutions_from_cudnn(codec32: CodecDeco
     assert counts[1] == [s for s in counts[0] if s not in wide]
     with pytest.raises(ValueError, match="gemm_channels"):
         StreamingCodec(codec32, 1, gemm_channels=0)
+
+
+def test_a_float16_codec_takes_the_matrix_products_by_default(
+    codec32: CodecDecoder, codec16: CodecDecoder
+) -> None:
+    # float16: cuDNN's kernels for the wide dilated convolutions are slow fallbacks,
+    # so "auto" (the default) takes the products; float32 and TF32 keep cuDNN
+    assert StreamingCodec(codec16, 1).layers.gemm_channels == GEMM_CHANNELS
+    assert StreamingCodec(codec32, 1).layers.gemm_channels is None
+    # an explicit choice wins either way
+    assert StreamingCodec(codec16, 1, gemm_channels=None).layers.gemm_channels is None
+    assert StreamingCodec(codec32, 1, gemm_channels=64).layers.gemm_channels == 64
+    assert resolve_gemm_channels("auto", half_weights=True) == GEMM_CHANNELS
+    assert resolve_gemm_channels("auto", half_weights=False) is None
 
 
 class _ConvolutionWeights(TorchDispatchMode):

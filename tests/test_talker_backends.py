@@ -161,13 +161,15 @@ def test_the_switch_interval_is_pythons_unless_a_number_in_range_is_given() -> N
             switch_interval_option({"switch_interval_ms": bad})
 
 
-def test_the_convolutions_stay_convolutions_unless_a_channel_count_is_given() -> None:
+def test_the_codec_chooses_its_matrix_products_unless_the_options_say() -> None:
     from realtime_engine.talker.vllm_state import gemm_channels_option
 
-    assert gemm_channels_option({}) is None
-    assert gemm_channels_option({"gemm_channels": None}) is None
+    assert gemm_channels_option({}) == "auto"
+    assert gemm_channels_option({"gemm_channels": None}) == "auto"
+    assert gemm_channels_option({"gemm_channels": "auto"}) == "auto"
+    assert gemm_channels_option({"gemm_channels": 0}) is None
     assert gemm_channels_option({"gemm_channels": 256}) == 256
-    for bad in (0, -1, 2.5, True, "256", [256]):
+    for bad in (-1, 2.5, True, False, "256", "none", [256]):
         with pytest.raises(ValueError, match="gemm_channels"):
             gemm_channels_option({"gemm_channels": bad})
 

@@ -25,7 +25,7 @@ frame count and never synchronise with the host.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
+from typing import Final, Literal, cast
 
 import torch
 import torch.nn.functional as F
@@ -488,9 +488,25 @@ class _Pass:
         return _conv1d(full, weight, bias, conv.dilation[0], nhwc)
 
 
-# ``gemm_channels`` for the real codec's benches: its first convolution and first two
-# blocks (256 to 1024 channels, 1 to 40 samples a frame)
-GEMM_CHANNELS = 256
+# ``gemm_channels`` for the real codec: its first convolution and first two blocks
+# (256 to 1024 channels, 1 to 40 samples a frame)
+GEMM_CHANNELS: Final = 256
+
+# A codec's choice of matrix products: a threshold, None (none), or "auto" (by the
+# weights' type, :func:`resolve_gemm_channels`).
+GemmChannels = int | Literal["auto"] | None
+
+
+def resolve_gemm_channels(value: GemmChannels, half_weights: bool) -> int | None:
+    """``"auto"``: :data:`GEMM_CHANNELS` for float16 weights, else none. In float16,
+    cuDNN runs the first block's dilated convolutions through a slow generic kernel
+    and the products make the compiled step faster at every batch (0.54 / 1.05 /
+    1.57 / 2.63 ms at 2 / 64 / 128 / 256 slots on an H200, against 0.62 / 1.55 /
+    2.45 / 3.35 without); in TF32 they make it slower (3.63 against 3.26 ms at
+    256). docs/bench/RESULTS.md, section 30."""
+    if value == "auto":
+        return GEMM_CHANNELS if half_weights else None
+    return value
 
 
 def conv1d_as_gemm(

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from realtime_engine.codec.causal import CausalDac, State
+from realtime_engine.codec.causal import CausalDac, GemmChannels, State, resolve_gemm_channels
 from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.errors import CodecInputError
 
@@ -58,10 +58,12 @@ class StreamingCodec:
         *,
         fused: bool = False,
         channels_last: bool = False,
-        gemm_channels: int | None = None,
+        gemm_channels: GemmChannels = "auto",
     ) -> None:
         """``fused``, ``channels_last``, ``gemm_channels``: see
-        :class:`~realtime_engine.codec.causal.CausalDac`."""
+        :class:`~realtime_engine.codec.causal.CausalDac`; ``"auto"`` (the default)
+        chooses by the weights' type
+        (:func:`~realtime_engine.codec.causal.resolve_gemm_channels`)."""
         if max_slots < 1:
             raise ValueError(f"max_slots must be >= 1; got {max_slots}")
         if device is not None and torch.device(device) != codec.device:
@@ -73,7 +75,7 @@ class StreamingCodec:
             codec.acoustic_decoder,
             fused=fused,
             channels_last=channels_last,
-            gemm_channels=gemm_channels,
+            gemm_channels=resolve_gemm_channels(gemm_channels, codec.half_weights),
         )
         self.max_slots = max_slots
         self.hop = codec.hop

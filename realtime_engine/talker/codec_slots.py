@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from realtime_engine.codec.causal import GemmChannels
 from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.stream_core import StreamingCodec
 from realtime_engine.format import (
@@ -106,7 +107,7 @@ class CodecSlots:
         stream_priority: str = DEFAULT_CODEC_STREAM_PRIORITY,
         compile_workers: int | None = None,
         channels_last: bool = False,
-        gemm_channels: int | None = None,
+        gemm_channels: GemmChannels = "auto",
     ) -> None:
         """``bucket_tails``: run tails padded to the step's batch buckets, from
         static buffers (default: where the step is captured, so they are too).
@@ -114,9 +115,10 @@ class CodecSlots:
         (:data:`CODEC_STREAM_PRIORITIES`). ``compile_workers``: Inductor's workers
         while the compiled kernels' warm-up compiles them (default: a worker per
         core, :func:`~realtime_engine.talker.compile_workers.default_compile_workers`).
-        ``channels_last``: the convolutions in channels-last layout;
-        ``gemm_channels``: the wide convolutions as matrix products
-        (:class:`~realtime_engine.codec.causal.CausalDac`; experiments, off)."""
+        ``channels_last``: the convolutions in channels-last layout (an
+        experiment, off); ``gemm_channels``: the wide convolutions as matrix
+        products (:class:`~realtime_engine.codec.causal.CausalDac`; by default
+        where the weights are float16)."""
         if stream_priority not in CODEC_STREAM_PRIORITIES:
             raise ValueError(
                 f"codec stream priority must be one of {CODEC_STREAM_PRIORITIES};"

@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from realtime_engine.codec.causal import GemmChannels
 from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.presets import next_chunk_frames, validate_chunking
 from realtime_engine.format import (
@@ -119,7 +120,7 @@ class SlotCodec:
         graphs: bool = False,
         kernels: str = DEFAULT_CODEC_KERNELS,
         stream_priority: str = DEFAULT_CODEC_STREAM_PRIORITY,
-        gemm_channels: int | None = None,
+        gemm_channels: GemmChannels = "auto",
     ) -> None:
         self.device_codec = CodecSlots(
             codec,

@@ -58,6 +58,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from realtime_engine.codec.causal import GemmChannels
 from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.format import DEFAULT_CODEC_KERNELS, DEFAULT_CODEC_STREAM_PRIORITY
 from realtime_engine.talker.chunk_ahead import AssumedRows, refutes
@@ -183,7 +184,7 @@ class VllmAudio:
         watch_first_chunks: bool | None = None,
         first_chunks_ahead: bool | None = None,
         decode_thread: bool = False,
-        gemm_channels: int | None = None,
+        gemm_channels: GemmChannels = "auto",
     ) -> None:
         """``step_event``: on CPU, where a step is complete when the host has it,
         makes each step's status wait for an event of this factory instead (to
@@ -196,7 +197,8 @@ class VllmAudio:
         the engine's thread only queues statuses (and still decodes what
         ``remove`` needs); an experiment, off (see the module's notes).
         ``gemm_channels``: the codec's wide convolutions as matrix products
-        (:class:`~realtime_engine.codec.causal.CausalDac`; an experiment, off)."""
+        (:class:`~realtime_engine.codec.causal.CausalDac`; by default where the
+        weights are float16)."""
         self._step_event = step_event
         self.codec = SlotCodec(
             codec,

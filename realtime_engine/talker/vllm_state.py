@@ -41,6 +41,7 @@ try:
 except ImportError:  # releases where MRv2 returned the shared V1 type
     from vllm.v1.outputs import SamplerOutput  # type: ignore[assignment]
 
+from realtime_engine.codec.causal import GemmChannels
 from realtime_engine.format import DEFAULT_CODEC_KERNELS, DEFAULT_CODEC_STREAM_PRIORITY
 from realtime_engine.talker.vllm_audio import VllmAudio
 from realtime_engine.talker.vllm_protocol import SAMPLER_CONFIG_KEY, TalkerArgs
@@ -282,19 +283,21 @@ def decode_thread_option(codec_options: dict[str, Any]) -> bool:
     return value
 
 
-def gemm_channels_option(codec_options: dict[str, Any]) -> int | None:
+def gemm_channels_option(codec_options: dict[str, Any]) -> GemmChannels:
     """``additional_config["higgs_codec"]["gemm_channels"]``: the codec's
     convolutions over at least this many input channels run as matrix products
-    (:class:`~realtime_engine.codec.causal.CausalDac`; None: none do; an
-    experiment until served)."""
+    (:class:`~realtime_engine.codec.causal.CausalDac`); 0: none do; unset or
+    ``"auto"``: by the weights' type (products for a float16 codec,
+    :func:`~realtime_engine.codec.causal.resolve_gemm_channels`)."""
     value = codec_options.get("gemm_channels")
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if value is None or value == "auto":
+        return "auto"
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(
-            f'higgs_codec["gemm_channels"] must be a whole number of at least 1; got {value!r}'
+            f'higgs_codec["gemm_channels"] must be "auto", 0 (none) or a whole number of'
+            f" channels; got {value!r}"
         )
-    return value
+    return value or None
 
 
 def switch_interval_option(codec_options: dict[str, Any]) -> float | None:

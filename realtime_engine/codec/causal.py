@@ -515,11 +515,18 @@ def conv1d_as_gemm(
     """``F.conv1d(x, weight, bias, dilation=dilation)`` (stride 1, no padding) as
     one matrix product: every output column's ``K`` dilated taps gathered as
     ``[I * K, B * T]`` and multiplied by ``weight`` seen as ``[O, I * K]``. The
-    result is ``[B, O, T]``, laid out as ``[O, B, T]`` (a permuted view)."""
+    result is ``[B, O, T]``, laid out as ``[O, B, T]`` (a permuted view).
+
+    The taps are stacked from ``x`` seen as ``[I, B, L]``, so the stack is
+    already ``[I, K, B, T]`` and the gather is one copy: stacked from
+    ``[B, I, L]`` it needs a second, transposing copy (Inductor made both on
+    CUDA: RESULTS.md section 30)."""
     out_channels, in_channels, taps = weight.shape
     batch, length = x.shape[0], x.shape[-1] - dilation * (taps - 1)
-    columns = torch.stack([x[..., k * dilation : k * dilation + length] for k in range(taps)], 2)
-    columns = columns.permute(1, 2, 0, 3).reshape(in_channels * taps, batch * length)
+    by_channel = x.transpose(0, 1)  # [I, B, L], a view
+    columns = torch.stack(
+        [by_channel[..., k * dilation : k * dilation + length] for k in range(taps)], 1
+    ).view(in_channels * taps, batch * length)
     y = (weight.reshape(out_channels, in_channels * taps) @ columns).view(
         out_channels, batch, length
     )

@@ -24,12 +24,15 @@ eager compile-free baselines). Writes ``$OUT/codec_throughput.json``.
 
 ``--kernels`` adds ``precision:kernels`` variants (``--codec-kernels`` of
 ``serve``): ``snake`` (one Triton kernel per activation, CUDA) and
-``compiled`` (the whole step through torch.compile). A ``+nhwc`` suffix
-(``tf32:compiled+nhwc``) runs the convolutions on channels-last tensors
-(``CausalDac(channels_last=True)``, not a serving option yet); ``+gemm``
-(``fp16:compiled+gemm``) runs the convolutions of 256 channels or more as
-matrix products over their gathered taps (``CausalDac(gemm_channels=256)``);
-``+gemm64``, those of 64 channels or more.
+``compiled`` (the whole step through torch.compile). Suffixes, any number:
+``+nhwc`` (``tf32:compiled+nhwc``) runs the convolutions on channels-last
+tensors (``CausalDac(channels_last=True)``, not a serving option yet);
+``+gemm`` (``tf32:compiled+gemm``) runs the convolutions of 256 channels or
+more as matrix products over their gathered taps
+(``CausalDac(gemm_channels=256)``), ``+gemm64`` those of 64 channels or
+more, ``+conv`` none. Without one of those the codec chooses as served:
+products from 256 channels in float16, none otherwise. ``+autotune``
+compiles with Inductor's ``max-autotune-no-cudagraphs``.
 """
 
 from __future__ import annotations
@@ -40,15 +43,16 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from realtime_engine.codec.causal import GEMM_CHANNELS
+from realtime_engine.codec.causal import GEMM_CHANNELS, GemmChannels
 from realtime_engine.codec.decoder import CODEC_PRECISIONS, CodecDecoder
 from realtime_engine.codec.layout import CodecDims
-from realtime_engine.format import FRAMES_PER_SECOND
+from realtime_engine.format import DEFAULT_CODEC_COMPILE_MODE, FRAMES_PER_SECOND
 from realtime_engine.talker.codec_slots import CodecSlots
 
 
@@ -96,18 +100,37 @@ def stream_error(slots: CodecSlots, codes: torch.Tensor, exact: torch.Tensor) ->
     return float((got - exact).abs().max() / exact.abs().max())
 
 
-def layout_of(kernels: str) -> tuple[str, str, int | None]:
-    """``kernels[+nhwc|+gemm|+gemmN]`` as (kernels, layout, gemm_channels): ``+gemm``
-    takes convolutions of :data:`GEMM_CHANNELS` channels or more, ``+gemmN`` of N."""
-    base, _, layout = kernels.partition("+")
-    if layout in ("", "nhwc"):
-        return base, layout, None
-    if layout == "gemm":
-        return base, layout, GEMM_CHANNELS
-    digits = layout.removeprefix("gemm")
-    if layout.startswith("gemm") and digits.isdigit() and int(digits) >= 1:
-        return base, "gemm", int(digits)
-    raise ValueError(f"unknown layout suffix {layout!r} in {kernels!r} (+nhwc, +gemm or +gemmN)")
+@dataclass(frozen=True)
+class Variant:
+    """A codec variant's build: its kernels and the options its suffixes set."""
+
+    kernels: str
+    channels_last: bool = False
+    gemm_channels: GemmChannels = "auto"
+    compile_mode: str = DEFAULT_CODEC_COMPILE_MODE
+
+
+def variant_of(name: str) -> Variant:
+    """``kernels[+suffix...]`` (see the module's notes) as a :class:`Variant`."""
+    kernels, *suffixes = name.split("+")
+    options: dict[str, Any] = {}
+    for suffix in suffixes:
+        digits = suffix.removeprefix("gemm")
+        if suffix == "nhwc":
+            options["channels_last"] = True
+        elif suffix == "gemm":
+            options["gemm_channels"] = GEMM_CHANNELS
+        elif suffix.startswith("gemm") and digits.isdigit() and int(digits) >= 1:
+            options["gemm_channels"] = int(digits)
+        elif suffix == "conv":
+            options["gemm_channels"] = None
+        elif suffix == "autotune":
+            options["compile_mode"] = "max-autotune-no-cudagraphs"
+        else:
+            raise ValueError(
+                f"unknown suffix {suffix!r} in {name!r} (+nhwc, +gemm, +gemmN, +conv, +autotune)"
+            )
+    return Variant(kernels, **options)
 
 
 def measure(
@@ -122,14 +145,15 @@ def measure(
     if precision == "fp16":  # the cast rounds the weights: later variants keep float32
         codec = copy.deepcopy(codec)
     codec.set_precision(precision)
-    base, layout, gemm_channels = layout_of(kernels)
+    variant = variant_of(kernels)
     slots = CodecSlots(
         codec,
         max(batches),
         graphs=True,
-        kernels=base,
-        channels_last=layout == "nhwc",
-        gemm_channels=gemm_channels,
+        kernels=variant.kernels,
+        channels_last=variant.channels_last,
+        gemm_channels=variant.gemm_channels,
+        compile_mode=variant.compile_mode,
     )
     t = time.perf_counter()
     slots.warm_up()

@@ -64,6 +64,15 @@ def resolve_codec_kernels(kernels: str, *, cuda: bool) -> str:
 CODEC_STREAM_PRIORITIES: Final = ("high", "normal")
 DEFAULT_CODEC_STREAM_PRIORITY: Final = "normal"
 
+# How torch.compile builds the compiled codec step: Inductor's ``default``, or
+# ``max-autotune-no-cudagraphs`` (Triton templates for the matrix products and
+# convolutions, tuned at warm-up, with pointwise prologues such as the
+# products' tap gathers fused into them; an experiment, not yet timed). The
+# modes that capture CUDA graphs themselves are not offered: the codec captures
+# its own, one per batch bucket.
+CODEC_COMPILE_MODES: Final = ("default", "max-autotune-no-cudagraphs")
+DEFAULT_CODEC_COMPILE_MODE: Final = "default"
+
 # Bounds of a chunking (the protocol's limits; the engine's per-slot PCM ring
 # is sized from them).
 MAX_FIRST_CHUNK_FRAMES: Final = 100

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.codec_throughput import layout_of, main
+from bench.codec_throughput import Variant, main, variant_of
 from realtime_engine.codec.causal import GEMM_CHANNELS
 
 
@@ -47,7 +47,7 @@ def test_writes_one_row_per_setting_with_consistent_rates_and_small_errors(
         "fp32/eager+nchw",
     }
     # a layout the bench does not know fails its variant, named, instead of timing the default
-    assert "unknown layout suffix 'nchw'" in report["errors"].pop("fp32/eager+nchw")
+    assert "unknown suffix 'nchw'" in report["errors"].pop("fp32/eager+nchw")
     assert all(0 <= e < 1e-5 for e in report["errors"].values())
 
 
@@ -226,10 +226,14 @@ def test_the_handoff_bench_reports_a_latency_per_switch_interval(tmp_path: Path)
 
 
 def test_a_variant_names_its_layout_and_the_channels_taken_as_products() -> None:
-    assert layout_of("tf32:compiled") == ("tf32:compiled", "", None)
-    assert layout_of("fp16:compiled+nhwc") == ("fp16:compiled", "nhwc", None)
-    assert layout_of("fp16:compiled+gemm") == ("fp16:compiled", "gemm", GEMM_CHANNELS)
-    assert layout_of("tf32:eager+gemm64") == ("tf32:eager", "gemm", 64)
-    for bad in ("tf32:eager+gemm0", "tf32:eager+gemmx", "tf32:eager+nchw", "tf32:eager+gemm-1"):
-        with pytest.raises(ValueError, match="layout suffix"):
-            layout_of(bad)
+    assert variant_of("compiled") == Variant("compiled")  # the codec chooses, as served
+    assert variant_of("compiled+nhwc") == Variant("compiled", channels_last=True)
+    assert variant_of("compiled+gemm") == Variant("compiled", gemm_channels=GEMM_CHANNELS)
+    assert variant_of("eager+gemm64") == Variant("eager", gemm_channels=64)
+    assert variant_of("compiled+conv") == Variant("compiled", gemm_channels=None)
+    assert variant_of("compiled+gemm+autotune") == Variant(
+        "compiled", gemm_channels=GEMM_CHANNELS, compile_mode="max-autotune-no-cudagraphs"
+    )
+    for bad in ("eager+gemm0", "eager+gemmx", "eager+nchw", "eager+gemm-1", "eager+"):
+        with pytest.raises(ValueError, match="suffix"):
+            variant_of(bad)

@@ -25,7 +25,12 @@ from realtime_engine.codec.layout import CodecDims
 from realtime_engine.codec.presets import PRESETS, get_preset
 from realtime_engine.codec.streaming import StreamingDecoder
 from realtime_engine.engines.base import ChunkingParams
-from realtime_engine.format import CODEBOOK_SIZE, DEFAULT_CODEC_KERNELS, resolve_codec_kernels
+from realtime_engine.format import (
+    CODEBOOK_SIZE,
+    DEFAULT_CODEC_COMPILE_MODE,
+    DEFAULT_CODEC_KERNELS,
+    resolve_codec_kernels,
+)
 from realtime_engine.talker.codec_slots import CodecSlots, tail_lengths
 from realtime_engine.talker.slot_codec import LISTENER_LOW_WATER_S, ChunkPlan, SlotCodec
 
@@ -65,10 +70,19 @@ class Harness:
     """A talker stand-in: writes rows into a table, tells the codec, collects chunks."""
 
     def __init__(
-        self, codec: CodecDecoder, kernels: str = "eager", gemm_channels: int | None = None
+        self,
+        codec: CodecDecoder,
+        kernels: str = "eager",
+        gemm_channels: int | None = None,
+        compile_mode: str = DEFAULT_CODEC_COMPILE_MODE,
     ) -> None:
         self.codec = SlotCodec(
-            codec, slots=SLOTS, max_batch=3, kernels=kernels, gemm_channels=gemm_channels
+            codec,
+            slots=SLOTS,
+            max_batch=3,
+            kernels=kernels,
+            gemm_channels=gemm_channels,
+            compile_mode=compile_mode,
         )
         # stale garbage everywhere: a leak from an earlier request would show
         self.table = torch.randint(0, 1026, (SLOTS, POSITIONS, 8), dtype=torch.int16)
@@ -453,6 +467,27 @@ def test_the_compiled_step_with_convolutions_as_products_traces_once_and_is_exac
     for i, r in enumerate(rows):
         assert peak_error(h.audio(f"r{i}"), offline(codec, r)) <= 1e-5
     assert traced == 1
+
+
+def test_the_compiled_step_autotuned_traces_once_and_is_exact(codec: CodecDecoder) -> None:
+    """Inductor's ``max-autotune-no-cudagraphs`` (templates for the products, their
+    gathers as prologues where it fuses them): still one graph and the whole decode."""
+    h = Harness(
+        codec, kernels="compiled", gemm_channels=1, compile_mode="max-autotune-no-cudagraphs"
+    )
+    rows, traced = three_streams_compiled(h)
+    for i, r in enumerate(rows):
+        assert peak_error(h.audio(f"r{i}"), offline(codec, r)) <= 1e-5
+    assert traced == 1
+
+
+def test_only_the_compile_modes_that_leave_the_graphs_to_the_codec_are_taken(
+    codec: CodecDecoder,
+) -> None:
+    # the codec captures its own graph per bucket: torch.compile's must not
+    for mode in ("reduce-overhead", "max-autotune", "fast"):
+        with pytest.raises(ValueError, match="codec compile mode must be one of"):
+            CodecSlots(codec, 2, kernels="compiled", compile_mode=mode)
 
 
 def three_streams_compiled(h: Harness) -> tuple[list[np.ndarray], int]:

@@ -10,10 +10,14 @@ operators and kernels sorted by device time to ``$OUT/codec_profile_<B>.txt``
 ``--kernels compiled`` profiles the compiled step (uncaptured too: Inductor's
 fused kernels show by name); ``--precision fp16``, the codec in float16;
 ``--channels-last``, the convolutions on channels-last tensors;
-``--gemm-channels 256``, the wide convolutions as matrix products.
+``--gemm-channels N``, the convolutions of N channels or more as matrix
+products (0: none; by default, as served: from 256 channels for a float16
+codec, none otherwise); ``--compile-mode``, how torch.compile builds the
+compiled step.
 
     python -m bench.gpu.codec_profile --batch 256 [--steps 5] [--kernels compiled]
-        [--precision fp16] [--channels-last] [--gemm-channels 256]
+        [--precision fp16] [--channels-last] [--gemm-channels N]
+        [--compile-mode max-autotune-no-cudagraphs]
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ from torch.profiler import ProfilerActivity, profile
 
 from bench.gpu.kernel_kinds import by_kind, load_events, render
 from bench.gpu.random_codec import random_codec
-from realtime_engine.format import CODEC_KERNELS
+from realtime_engine.codec.causal import GemmChannels
+from realtime_engine.format import CODEC_COMPILE_MODES, CODEC_KERNELS, DEFAULT_CODEC_COMPILE_MODE
 from realtime_engine.talker.codec_slots import CodecSlots
 
 
@@ -42,7 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kernels", choices=CODEC_KERNELS, default="eager")
     ap.add_argument("--channels-last", action="store_true")
     ap.add_argument(
-        "--gemm-channels", type=int, help="convolutions this wide or wider as matrix products"
+        "--gemm-channels",
+        type=int,
+        help="convolutions this wide or wider as matrix products (0: none; default: as served)",
+    )
+    ap.add_argument(
+        "--compile-mode", choices=CODEC_COMPILE_MODES, default=DEFAULT_CODEC_COMPILE_MODE
     )
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -50,13 +60,16 @@ def main(argv: list[str] | None = None) -> int:
     codec = random_codec(args.precision, args.tiny)
     device, dims = codec.device, codec.dims
     cuda = device.type == "cuda"
+    gemm_channels: GemmChannels = "auto" if args.gemm_channels is None else args.gemm_channels
     slots = CodecSlots(
         codec,
         args.batch,
         kernels=args.kernels,
         channels_last=args.channels_last,
-        gemm_channels=args.gemm_channels,
+        gemm_channels=gemm_channels or None,
+        compile_mode=args.compile_mode,
     )
+    taken = slots.stream_codec.layers.gemm_channels
     slots.warm_up()  # compiles (compiled kernels); no graphs: every kernel shows
     table = torch.randint(0, dims.codebook_size, (args.batch, 8, 8), device=device)
     table = table.to(torch.int16)
@@ -79,7 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         f"codec step, batch {args.batch}, {args.steps} steps, precision {args.precision}, "
         f"{torch.cuda.get_device_name() if cuda else 'cpu'}, {args.kernels} kernels"
         f"{', channels-last' if args.channels_last else ''}"
-        f"{f', gemm from {args.gemm_channels} channels' if args.gemm_channels else ''} (no graph)\n"
+        f"{f', gemm from {taken} channels' if taken else ''}"
+        f"{f', {args.compile_mode}' if args.compile_mode != DEFAULT_CODEC_COMPILE_MODE else ''}"
+        " (no graph)\n"
     )
     (out / f"codec_profile_{args.batch}.txt").write_text(header + table_text)
     trace = out / f"codec_profile_{args.batch}.json"

@@ -53,7 +53,9 @@ from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.stream_core import StreamingCodec
 from realtime_engine.format import (
     CODEBOOK_SIZE,
+    CODEC_COMPILE_MODES,
     CODEC_STREAM_PRIORITIES,
+    DEFAULT_CODEC_COMPILE_MODE,
     DEFAULT_CODEC_KERNELS,
     DEFAULT_CODEC_STREAM_PRIORITY,
     MAX_CHUNK_FRAMES,
@@ -108,6 +110,7 @@ class CodecSlots:
         compile_workers: int | None = None,
         channels_last: bool = False,
         gemm_channels: GemmChannels = "auto",
+        compile_mode: str = DEFAULT_CODEC_COMPILE_MODE,
     ) -> None:
         """``bucket_tails``: run tails padded to the step's batch buckets, from
         static buffers (default: where the step is captured, so they are too).
@@ -118,11 +121,16 @@ class CodecSlots:
         ``channels_last``: the convolutions in channels-last layout (an
         experiment, off); ``gemm_channels``: the wide convolutions as matrix
         products (:class:`~realtime_engine.codec.causal.CausalDac`; by default
-        where the weights are float16)."""
+        where the weights are float16). ``compile_mode``: how torch.compile
+        builds the compiled step (:data:`CODEC_COMPILE_MODES`)."""
         if stream_priority not in CODEC_STREAM_PRIORITIES:
             raise ValueError(
                 f"codec stream priority must be one of {CODEC_STREAM_PRIORITIES};"
                 f" got {stream_priority!r}"
+            )
+        if compile_mode not in CODEC_COMPILE_MODES:
+            raise ValueError(
+                f"codec compile mode must be one of {CODEC_COMPILE_MODES}; got {compile_mode!r}"
             )
         self._cuda = codec.device.type == "cuda"
         kernels = resolve_codec_kernels(kernels, cuda=self._cuda)
@@ -190,8 +198,12 @@ class CodecSlots:
         self._advance_fn: Callable[[torch.Tensor, torch.Tensor], None] = self._advance
         self._tail_fn: Callable[[torch.Tensor], torch.Tensor] | None = None
         if compiled:
-            self._advance_fn = torch.compile(self._advance, fullgraph=True, dynamic=None)
-            self._tail_fn = torch.compile(self._whole_tail, fullgraph=True, dynamic=None)
+            self._advance_fn = torch.compile(
+                self._advance, fullgraph=True, dynamic=None, mode=compile_mode
+            )
+            self._tail_fn = torch.compile(
+                self._whole_tail, fullgraph=True, dynamic=None, mode=compile_mode
+            )
 
     def on_codec_stream(self) -> AbstractContextManager[None]:
         """Run the enclosed device work on the codec stream (inline on CPU)."""

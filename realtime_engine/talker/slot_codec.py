@@ -39,6 +39,7 @@ from realtime_engine.codec.causal import GemmChannels
 from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.presets import next_chunk_frames, validate_chunking
 from realtime_engine.format import (
+    DEFAULT_CODEC_COMPILE_MODE,
     DEFAULT_CODEC_KERNELS,
     DEFAULT_CODEC_STREAM_PRIORITY,
     DELAY_ROWS,
@@ -109,7 +110,8 @@ class SlotCodec:
 
     ``slots`` is the number of talker slots; ``max_batch`` bounds the chunks cut
     in one call; ``graphs`` captures the codec step per batch bucket (CUDA);
-    ``gemm_channels``: see :class:`~realtime_engine.codec.causal.CausalDac`."""
+    ``gemm_channels``: see :class:`~realtime_engine.codec.causal.CausalDac`;
+    ``compile_mode``: see :class:`CodecSlots`."""
 
     def __init__(
         self,
@@ -121,6 +123,7 @@ class SlotCodec:
         kernels: str = DEFAULT_CODEC_KERNELS,
         stream_priority: str = DEFAULT_CODEC_STREAM_PRIORITY,
         gemm_channels: GemmChannels = "auto",
+        compile_mode: str = DEFAULT_CODEC_COMPILE_MODE,
     ) -> None:
         self.device_codec = CodecSlots(
             codec,
@@ -129,6 +132,7 @@ class SlotCodec:
             kernels=kernels,
             stream_priority=stream_priority,
             gemm_channels=gemm_channels,
+            compile_mode=compile_mode,
         )
         self.max_batch = max(1, max_batch)
         self.hop = self.device_codec.hop

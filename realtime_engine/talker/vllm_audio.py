@@ -60,7 +60,11 @@ import torch
 
 from realtime_engine.codec.causal import GemmChannels
 from realtime_engine.codec.decoder import CodecDecoder
-from realtime_engine.format import DEFAULT_CODEC_KERNELS, DEFAULT_CODEC_STREAM_PRIORITY
+from realtime_engine.format import (
+    DEFAULT_CODEC_COMPILE_MODE,
+    DEFAULT_CODEC_KERNELS,
+    DEFAULT_CODEC_STREAM_PRIORITY,
+)
 from realtime_engine.talker.chunk_ahead import AssumedRows, refutes
 from realtime_engine.talker.device_watchdog import DeviceWatchdog, process_watchdog
 from realtime_engine.talker.pinned_buffers import PinnedBuffer, PinnedBuffers
@@ -185,6 +189,7 @@ class VllmAudio:
         first_chunks_ahead: bool | None = None,
         decode_thread: bool = False,
         gemm_channels: GemmChannels = "auto",
+        compile_mode: str = DEFAULT_CODEC_COMPILE_MODE,
     ) -> None:
         """``step_event``: on CPU, where a step is complete when the host has it,
         makes each step's status wait for an event of this factory instead (to
@@ -198,7 +203,8 @@ class VllmAudio:
         ``remove`` needs); an experiment, off (see the module's notes).
         ``gemm_channels``: the codec's wide convolutions as matrix products
         (:class:`~realtime_engine.codec.causal.CausalDac`; by default where the
-        weights are float16)."""
+        weights are float16). ``compile_mode``: how torch.compile builds the
+        compiled codec step (:class:`~realtime_engine.talker.codec_slots.CodecSlots`)."""
         self._step_event = step_event
         self.codec = SlotCodec(
             codec,
@@ -208,6 +214,7 @@ class VllmAudio:
             kernels=kernels,
             stream_priority=stream_priority,
             gemm_channels=gemm_channels,
+            compile_mode=compile_mode,
         )
         # Streams of requests vLLM removed unfinished (preempted or aborted).
         self._detached: OrderedDict[str, SlotStream] = OrderedDict()

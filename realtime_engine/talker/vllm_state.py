@@ -42,7 +42,11 @@ except ImportError:  # releases where MRv2 returned the shared V1 type
     from vllm.v1.outputs import SamplerOutput  # type: ignore[assignment]
 
 from realtime_engine.codec.causal import GemmChannels
-from realtime_engine.format import DEFAULT_CODEC_KERNELS, DEFAULT_CODEC_STREAM_PRIORITY
+from realtime_engine.format import (
+    DEFAULT_CODEC_COMPILE_MODE,
+    DEFAULT_CODEC_KERNELS,
+    DEFAULT_CODEC_STREAM_PRIORITY,
+)
 from realtime_engine.talker.vllm_audio import VllmAudio
 from realtime_engine.talker.vllm_protocol import SAMPLER_CONFIG_KEY, TalkerArgs
 from realtime_engine.talker.vllm_publish import RowPublisher
@@ -106,6 +110,7 @@ class HiggsModelState(DefaultModelState):
                 ),
                 decode_thread=decode_thread_option(codec_options),
                 gemm_channels=gemm_channels_option(codec_options),
+                compile_mode=str(codec_options.get("compile_mode", DEFAULT_CODEC_COMPILE_MODE)),
             )
             if codec is not None and first_rank
             else None

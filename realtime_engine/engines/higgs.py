@@ -18,6 +18,7 @@ import torch
 
 from realtime_engine.codec.delay import revert_delay, sanitize_codes
 from realtime_engine.codec.errors import InvalidChunkingError
+from realtime_engine.codec.half_check import set_checked_precision
 from realtime_engine.codec.presets import DEFAULT_PRESET, get_preset, validate_chunking
 from realtime_engine.engines.base import (
     EngineError,
@@ -190,7 +191,8 @@ class HiggsEngine:
                 tokenizer, codec = loaded.tokenizer, loaded.codec
                 if codec is None:
                     raise EngineError(f"{model!s} has no bundled codec")
-                codec.set_precision(codec_precision)
+                # float16 only if it holds on these weights
+                set_checked_precision(codec, codec_precision)
                 path = loaded.path
                 runner = ReferenceRunner(
                     loaded.model,

@@ -158,6 +158,7 @@ class HiggsMultimodalQwen3ForConditionalGeneration(nn.Module):
 
     def _load_codec(self, state: dict[str, torch.Tensor]) -> None:
         from realtime_engine.codec.decoder import load_codec_decoder
+        from realtime_engine.codec.half_check import set_checked_precision
 
         # vLLM loads weights under its own default dtype (bf16, say): the codec is float32.
         default = torch.get_default_dtype()
@@ -166,6 +167,7 @@ class HiggsMultimodalQwen3ForConditionalGeneration(nn.Module):
             codec = load_codec_decoder(state, device=self.audio_embedding.device)
         finally:
             torch.set_default_dtype(default)
-        codec.set_precision(str(self.codec_options.get("precision", DEFAULT_CODEC_PRECISION)))
+        precision = str(self.codec_options.get("precision", DEFAULT_CODEC_PRECISION))
+        set_checked_precision(codec, precision)  # float16 only if it holds on these weights
         # Not a submodule: vLLM must not cast, shard or compile the codec.
         object.__setattr__(self, "codec", codec)

@@ -18,6 +18,6 @@ RUN_TAG=$tag SERVE_ARGS="$serve_args" TALKER_OPTIONS="$options" BUDGET_S=${BUDGE
   START_TIMEOUT=${START_TIMEOUT:-300} PHASE=gateway PRESETS=latency,exact LEVELS=${LEVELS:-64,128,256} \
   HTTP_LEVELS= SWEEP_DURATION=15 PROFILE_LEVELS= bash bench/gpu/run_h200.sh > "$OUT/run_$tag.log" 2>&1
 echo "rc=$?"; grep -v "^\s*$" "$OUT/run_$tag.log" | grep -v "^|" | tail -22
-grep -h "torch.compile took\|compiled the codec\|ready in" "/root/h200_work/results_$tag/server_"*.log \
+grep -h "torch.compile took\|compiled the codec\|ready in\|float16 is" "/root/h200_work/results_$tag/server_"*.log \
   2>/dev/null | cut -c1-200 | head
 rm -f "$OUT"/*.png; gzip -f "$OUT/run_$tag.log"; ls -la "$OUT"

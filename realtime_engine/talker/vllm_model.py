@@ -160,14 +160,15 @@ class HiggsMultimodalQwen3ForConditionalGeneration(nn.Module):
         from realtime_engine.codec.decoder import load_codec_decoder
         from realtime_engine.codec.half_check import set_checked_precision
 
-        # vLLM loads weights under its own default dtype (bf16, say): the codec is float32.
+        # vLLM loads weights under its own default dtype (bf16, say): the codec is
+        # float32, and so is the float16 check's reference decode.
         default = torch.get_default_dtype()
         torch.set_default_dtype(torch.float32)
         try:
             codec = load_codec_decoder(state, device=self.audio_embedding.device)
+            precision = str(self.codec_options.get("precision", DEFAULT_CODEC_PRECISION))
+            set_checked_precision(codec, precision)  # float16 only if it holds on these weights
         finally:
             torch.set_default_dtype(default)
-        precision = str(self.codec_options.get("precision", DEFAULT_CODEC_PRECISION))
-        set_checked_precision(codec, precision)  # float16 only if it holds on these weights
         # Not a submodule: vLLM must not cast, shard or compile the codec.
         object.__setattr__(self, "codec", codec)

@@ -1,15 +1,16 @@
 """How much audio per second the served codec produces, by batch and precision.
 
-The engine steps every slot with a new frame through the streaming codec
-(:class:`~realtime_engine.talker.codec_slots.CodecSlots`): one frame per
-slot per call, each sample computed once, captured as a CUDA graph per
-batch bucket. This times that step through the real-size codec (random
+The engine steps slots with new frames through the streaming codec
+(:class:`~realtime_engine.talker.codec_slots.CodecSlots`): ``n`` frames per
+slot per call (1 by default; ``frames_per_call`` lets a slot wait for more),
+each sample computed once, captured as a CUDA graph per batch bucket and
+frame count. This times that step through the real-size codec (random
 weights: timing does not depend on weight values) and reports, per
-(precision, batch): milliseconds per step (CUDA events, graph replays back
-to back) and seconds of audio per second of decoding. It also decodes one
-utterance through the same path in each precision and reports its error
-against the whole-utterance decode computed in float64, relative to the
-peak.
+(precision, batch, frames; ``--frames 1,2,4``): milliseconds per step
+(CUDA events, graph replays back to back) and seconds of audio per second
+of decoding. It also decodes one utterance through the same path in each
+precision and reports its error against the whole-utterance decode
+computed in float64, relative to the peak.
 
 Precisions (``--codec-precision`` of ``speech-gateway serve``): ``fp32``
 (IEEE convolutions), ``tf32`` (TF32 tensor cores), ``bf16`` (autocast) and
@@ -56,18 +57,21 @@ from realtime_engine.format import DEFAULT_CODEC_COMPILE_MODE, FRAMES_PER_SECOND
 from realtime_engine.talker.codec_slots import CodecSlots
 
 
-def step_seconds(slots: CodecSlots, table: torch.Tensor, batch: int, iters: int) -> float:
-    """Mean seconds per codec step of ``batch`` slots (graph replays when captured)."""
+def step_seconds(
+    slots: CodecSlots, table: torch.Tensor, batch: int, iters: int, frames: int = 1
+) -> float:
+    """Mean seconds per codec step of ``frames`` frames into each of ``batch`` slots
+    (graph replays when captured)."""
     index = list(range(batch))
     rows = [0] * batch
     cuda = table.device.type == "cuda"
     for _ in range(3):
-        slots.step(index, rows, table)
+        slots.step(index, rows, table, frames=frames)
     if cuda:
         torch.cuda.synchronize()
     t = time.perf_counter()
     for _ in range(iters):
-        slots.step(index, rows, table)
+        slots.step(index, rows, table, frames=frames)
     if cuda:
         torch.cuda.synchronize()
     return (time.perf_counter() - t) / iters
@@ -154,24 +158,30 @@ def measure(
         channels_last=variant.channels_last,
         gemm_channels=variant.gemm_channels,
         compile_mode=variant.compile_mode,
+        frame_counts=args.frame_counts,
     )
     t = time.perf_counter()
     slots.warm_up()
     capture_s = time.perf_counter() - t
-    table = torch.randint(0, codec.dims.codebook_size, (max(batches), 8, 8), device=codec.device)
+    positions = 8 + max(args.frame_counts)
+    table = torch.randint(
+        0, codec.dims.codebook_size, (max(batches), positions, 8), device=codec.device
+    )
     table = table.to(torch.int16)
-    for batch in batches:
-        seconds = step_seconds(slots, table, batch, args.iters)
-        row = {
-            "precision": precision,
-            "kernels": kernels,
-            "batch": batch,
-            "ms_per_step": round(1000 * seconds, 3),
-            "audio_s_per_s": round(batch / FRAMES_PER_SECOND / seconds, 1),
-            "capture_s": round(capture_s, 2),
-        }
-        report["results"].append(row)
-        print(json.dumps(row), flush=True)
+    for frames in args.frame_counts:
+        for batch in batches:
+            seconds = step_seconds(slots, table, batch, args.iters, frames)
+            row = {
+                "precision": precision,
+                "kernels": kernels,
+                "batch": batch,
+                "frames": frames,
+                "ms_per_step": round(1000 * seconds, 3),
+                "audio_s_per_s": round(batch * frames / FRAMES_PER_SECOND / seconds, 1),
+                "capture_s": round(capture_s, 2),
+            }
+            report["results"].append(row)
+            print(json.dumps(row), flush=True)
     error = stream_error(slots, *utterance)
     report["errors"][f"{precision}/{kernels}"] = error
     print(json.dumps({"precision": precision, "kernels": kernels, "peak_error": error}), flush=True)
@@ -186,11 +196,18 @@ def main(argv: list[str] | None = None) -> int:
         default="tf32:snake,tf32:compiled,bf16:compiled,fp16:compiled",
         help="precision:kernels pairs also timed, besides every precision with eager kernels",
     )
+    ap.add_argument(
+        "--frames",
+        default="1",
+        help="frames per slot in a step, each count timed (the served codec's frames_per_call"
+        " steps a due chunk's frames as 1, 2, 4 ...)",
+    )
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--error-frames", type=int, default=75)
     ap.add_argument("--tiny", action="store_true", help="tiny codec dims (CPU smoke check)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args(argv)
+    args.frame_counts = sorted({int(n) for n in args.frames.split(",")})
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dims = CodecDims.tiny() if args.tiny else CodecDims.higgs_v3()
     codec = CodecDecoder(dims).to(device).eval()
@@ -199,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
         "torch": torch.__version__,
         "dims": "tiny" if args.tiny else "higgs_v3",
-        "path": "CodecSlots.step: one frame per slot, CUDA graph per batch bucket",
+        "path": "CodecSlots.step: frames per slot as given, CUDA graph per batch bucket",
         "results": [],
         "errors": {},
     }

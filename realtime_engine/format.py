@@ -73,6 +73,33 @@ DEFAULT_CODEC_STREAM_PRIORITY: Final = "normal"
 CODEC_COMPILE_MODES: Final = ("default", "max-autotune-no-cudagraphs")
 DEFAULT_CODEC_COMPILE_MODE: Final = "default"
 
+# Frames the codec may step per slot in one call: a slot whose next chunk is
+# not due yet keeps its newly complete frames until it has this many, then
+# steps them together, so its cached state is read and written once for them
+# all and the codec makes fewer, longer calls. A chunk that is due (the first
+# one included) and the end of a stream never wait: the frames it needs are
+# stepped at once, in calls of 1, 2, 4 ... frames. 1: every frame is stepped as
+# it completes. A power of two up to MAX_FRAMES_PER_CALL.
+MAX_FRAMES_PER_CALL: Final = 8
+DEFAULT_CODEC_FRAMES_PER_CALL: Final = 1
+
+
+def frame_counts(frames_per_call: int) -> tuple[int, ...]:
+    """The frames a codec call takes when a slot may batch up to ``frames_per_call``:
+    the powers of two up to it (a due chunk's frames go as a sum of them)."""
+    if (
+        isinstance(frames_per_call, bool)
+        or not isinstance(frames_per_call, int)
+        or not 1 <= frames_per_call <= MAX_FRAMES_PER_CALL
+        or frames_per_call & (frames_per_call - 1)
+    ):
+        raise ValueError(
+            f"frames per codec call must be a power of two from 1 to {MAX_FRAMES_PER_CALL};"
+            f" got {frames_per_call!r}"
+        )
+    return tuple(1 << i for i in range(frames_per_call.bit_length()))
+
+
 # Bounds of a chunking (the protocol's limits; the engine's per-slot PCM ring
 # is sized from them).
 MAX_FIRST_CHUNK_FRAMES: Final = 100

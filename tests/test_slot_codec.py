@@ -75,6 +75,7 @@ class Harness:
         kernels: str = "eager",
         gemm_channels: int | None = None,
         compile_mode: str = DEFAULT_CODEC_COMPILE_MODE,
+        frames_per_call: int = 1,
     ) -> None:
         self.codec = SlotCodec(
             codec,
@@ -83,6 +84,7 @@ class Harness:
             kernels=kernels,
             gemm_channels=gemm_channels,
             compile_mode=compile_mode,
+            frames_per_call=frames_per_call,
         )
         # stale garbage everywhere: a leak from an earlier request would show
         self.table = torch.randint(0, 1026, (SLOTS, POSITIONS, 8), dtype=torch.int16)
@@ -654,22 +656,23 @@ def test_the_compiled_whole_tail_gives_the_eager_edges_from_one_trace(codec: Cod
     ),
     padding=st.integers(0, 3),
     seed=st.integers(0, 2**16),
+    frames=st.sampled_from([1, 2, 4]),
 )
 def test_a_frames_codes_by_flat_offsets_are_the_indexed_ones(
-    codec: CodecDecoder, picks: list[tuple[int, int]], padding: int, seed: int
+    codec: CodecDecoder, picks: list[tuple[int, int]], padding: int, seed: int, frames: int
 ) -> None:
     """The step's gather (one ``take`` of host-computed offsets, cleaned in the
-    step) reads what indexing ``[slot, row + c, c]`` reads, rows past the table's
-    end clamped the same way, for BOC/EOC and garbage alike; the rows that pad it
-    to its bucket address the trash slot."""
-    slots = CodecSlots(codec, SLOTS)
+    step) reads what indexing ``[slot, row + t + c, c]`` reads for each of its
+    frames ``t``, rows past the table's end clamped the same way, for BOC/EOC and
+    garbage alike; the rows that pad it to its bucket address the trash slot."""
+    slots = CodecSlots(codec, SLOTS, frame_counts=(1, 2, 4))
     generator = torch.Generator().manual_seed(seed)
     table = torch.randint(-2, 1030, (SLOTS, POSITIONS, 8), dtype=torch.int16, generator=generator)
     which, rows = [p[0] for p in picks], [p[1] for p in picks]
     b = len(which)
-    raw, index = slots._gather_frame(table, which, rows, b + padding)
-    assert raw.shape == (b + padding, 8, 1)
-    indexed, expected_index = slots._gather(table, which, rows, 1)
+    raw, index = slots._gather_frame(table, which, rows, b + padding, frames)
+    assert raw.shape == (b + padding, 8, frames)
+    indexed, expected_index = slots._gather(table, which, rows, frames)
     cleaned = torch.where((raw < 0) | (raw >= CODEBOOK_SIZE), 0, raw).long()
     assert torch.equal(cleaned[:b], indexed)
     assert torch.equal(index[:b], expected_index)
@@ -685,3 +688,123 @@ def test_an_unknown_codec_option_value_is_refused_by_name(
     with pytest.raises(ValueError, match=f"must be one of .*got '{value}'"):
         options: dict[str, Any] = {option: value}
         CodecSlots(codec, SLOTS, **options)
+
+
+# -- several frames a call -------------------------------------------------------------
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    frames=st.lists(st.integers(0, 40), min_size=1, max_size=3),
+    groups=st.lists(st.integers(1, 9), min_size=1, max_size=30),
+    per_call=st.sampled_from([2, 4, 8]),
+)
+def test_frames_stepped_several_a_call_keep_exact_chunks_the_whole_decode(
+    codec: CodecDecoder, frames: list[int], groups: list[int], per_call: int
+) -> None:
+    """``frames_per_call``: frames that wait for company and go several a call leave
+    the audio the whole decode for any arrival pattern, slot and base."""
+    h = Harness(codec, frames_per_call=per_call)
+    for audio, rows in stream_exact(h, frames, groups, shift=3):
+        assert peak_error(audio, offline(codec, rows)) <= 1e-5
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    frames=st.lists(st.integers(0, 40), min_size=1, max_size=3),
+    preset=st.sampled_from(sorted(PRESETS)),
+    per_call=st.sampled_from([2, 4]),
+)
+def test_frames_stepped_several_a_call_change_no_chunk(
+    codec: CodecDecoder, frames: list[int], preset: str, per_call: int
+) -> None:
+    """One row a step (the talker under load): each chunk comes at the same step,
+    of the same frames and the same samples, whether frames wait or not, the
+    speculative edges of ``latency`` and ``balanced`` included."""
+    chunking = get_preset(preset)
+    rows = [talker_rows(n, seed) for seed, n in enumerate(frames)]
+    harnesses = [Harness(codec), Harness(codec, frames_per_call=per_call)]
+    steps: list[list[list[tuple[str, int, int, bool]]]] = [[], []]
+    for h, seen in zip(harnesses, steps, strict=True):
+        for i in range(len(rows)):
+            h.open(f"r{i}", i, 5 * i, chunking)
+        written = [0] * len(rows)
+        while any(w < len(r) for w, r in zip(written, rows, strict=True)) or not seen:
+            for i, r in enumerate(rows):
+                n = min(len(r), written[i] + 1)
+                h.write(f"r{i}", r, written[i], n, n == len(r))
+                written[i] = n
+            seen.append(sorted((p.key, p.first_frame, p.emit, p.final) for p in h.step()))
+        seen.append(sorted((p.key, p.first_frame, p.emit, p.final) for p in h.step()))
+    assert steps[0] == steps[1]
+    for i in range(len(rows)):
+        # the same arithmetic, summed in another order by the longer convolutions
+        assert peak_error(harnesses[1].audio(f"r{i}"), harnesses[0].audio(f"r{i}")) <= 1e-5
+
+
+def test_after_the_first_chunk_frames_wait_until_a_call_is_full_or_a_chunk_is_due(
+    codec: CodecDecoder,
+) -> None:
+    """One row a step, ``exact``, four frames a call: every frame before the
+    first chunk is stepped as it completes; after it, frames wait (never four)
+    until four are complete, unless the next chunk is due, when all go."""
+    h = Harness(codec, frames_per_call=4)
+    rows = talker_rows(60, 7)
+    h.open("r", 0, 0, get_preset("exact"))
+    waited = 0
+    for n in range(1, len(rows) + 1):
+        h.write("r", rows, n - 1, n, n == len(rows))
+        before = h.codec.get("r")
+        assert before is not None
+        due_now = before.rows >= before.next_rows or before.final
+        first = before.emitted == 0
+        h.step()
+        stream = h.codec.get("r")
+        assert stream is not None
+        lag = stream.available - stream.fed
+        if first or due_now:
+            assert lag == 0
+        else:
+            assert 0 <= lag < 4
+            assert stream.fed % 4 == before.fed % 4  # whole calls of four since
+            waited += lag > 0
+    assert waited > 0
+    assert peak_error(h.audio("r"), offline(codec, rows)) <= 1e-5
+
+
+def test_a_call_of_several_frames_is_that_many_calls_of_one(codec: CodecDecoder) -> None:
+    """``CodecSlots.step(frames=n)``: the ring after one call of ``n`` frames per slot
+    holds what ``n`` calls of one frame leave (padding rows touch no real slot)."""
+    generator = torch.Generator().manual_seed(3)
+    table = torch.randint(0, 1024, (SLOTS, 40, 8), dtype=torch.int16, generator=generator)
+    one, many = CodecSlots(codec, SLOTS), CodecSlots(codec, SLOTS, frame_counts=(1, 2, 4))
+    for slots in (one, many):
+        slots.reset(range(SLOTS))
+    which = [2, 0, 3]
+    for start, n in [(0, 4), (4, 2), (6, 1), (7, 4)]:
+        for t in range(n):
+            one.step(which, [start + t] * 3, table)
+        many.step(which, [start] * 3, table, frames=n)
+    assert torch.allclose(one.ring, many.ring, rtol=0, atol=1e-6)
+    assert torch.equal(one.stream_codec.frames_fed, many.stream_codec.frames_fed)
+    with pytest.raises(ValueError, match="a step takes"):
+        many.step(which, [0] * 3, table, frames=3)
+
+
+@pytest.mark.parametrize("value", [0, 3, 16, True, "2"])
+def test_frames_per_call_is_a_power_of_two_up_to_eight(codec: CodecDecoder, value: Any) -> None:
+    from realtime_engine.format import frame_counts
+
+    assert frame_counts(4) == (1, 2, 4) and frame_counts(1) == (1,)
+    with pytest.raises(ValueError, match="power of two from 1 to 8"):
+        SlotCodec(codec, slots=SLOTS, frames_per_call=value)
+
+
+def test_the_compiled_step_traces_once_per_frame_count(codec: CodecDecoder) -> None:
+    """Compiled, a frame count is a trace of its own (the frames static, the batch
+    dynamic), and several a call stay the whole decode."""
+    h = Harness(codec, kernels="compiled", frames_per_call=2)
+    rows, traced = three_streams_compiled(h)
+    for i, r in enumerate(rows):
+        assert peak_error(h.audio(f"r{i}"), offline(codec, r)) <= 1e-5
+    assert traced == 2

@@ -1,6 +1,7 @@
 #!/bin/bash
 # The codec step alone on the GPU machine, no vLLM: each of VARIANTS (bench.codec_throughput's
-# precision:kernels[+suffix...]) in a process of its own, ms a step by batch (BATCHES) and the
+# precision:kernels[+suffix...]) in a process of its own, ms a step by batch (BATCHES) and frames
+# a slot a step (FRAMES, default 1) and the
 # error against float64; then, unless NO_PROFILE, the float16 step at 256 slots profiled with
 # PROFILE_ARGS (bench.gpu.codec_profile's flags): by kind of kernel, by convolution call, and
 # Inductor's generated code. cuBLAS without a workspace, as the engine core runs (its captured
@@ -15,7 +16,8 @@ T0=$(date +%s)
 for kernels in ${VARIANTS:?}; do
   label=${kernels//[:+]/_}
   timeout "${LIMIT:-150}" python3 -m bench.codec_throughput --batches "${BATCHES:-2,64,128,256}" \
-    --precisions= --kernels "$kernels" --iters 100 --out "$W/$label" > "$W/$label.log" 2>&1
+    --precisions= --kernels "$kernels" --frames "${FRAMES:-1}" --iters 100 --out "$W/$label" \
+    > "$W/$label.log" 2>&1
   echo "rc=$?" >> "$W/$label.log"
   grep '^{\|rc=' "$W/$label.log" | cut -c1-220
   echo "[$label done at $(( $(date +%s) - T0 )) s]"

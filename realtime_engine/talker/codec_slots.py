@@ -59,6 +59,7 @@ from realtime_engine.format import (
     DEFAULT_CODEC_KERNELS,
     DEFAULT_CODEC_STREAM_PRIORITY,
     MAX_CHUNK_FRAMES,
+    MAX_FRAMES_PER_CALL,
     MAX_HOLDBACK_FRAMES,
     PRESETS,
     resolve_codec_kernels,
@@ -111,6 +112,7 @@ class CodecSlots:
         channels_last: bool = False,
         gemm_channels: GemmChannels = "auto",
         compile_mode: str = DEFAULT_CODEC_COMPILE_MODE,
+        frame_counts: Sequence[int] = (1,),
     ) -> None:
         """``bucket_tails``: run tails padded to the step's batch buckets, from
         static buffers (default: where the step is captured, so they are too).
@@ -122,7 +124,9 @@ class CodecSlots:
         experiment, off); ``gemm_channels``: the wide convolutions as matrix
         products (:class:`~realtime_engine.codec.causal.CausalDac`; by default
         where the weights are float16). ``compile_mode``: how torch.compile
-        builds the compiled step (:data:`CODEC_COMPILE_MODES`)."""
+        builds the compiled step (:data:`CODEC_COMPILE_MODES`). ``frame_counts``: the
+        frames a slot may take in one :meth:`step` (each count a step of its own,
+        captured per bucket; 1 is always one of them)."""
         if stream_priority not in CODEC_STREAM_PRIORITIES:
             raise ValueError(
                 f"codec stream priority must be one of {CODEC_STREAM_PRIORITIES};"
@@ -132,6 +136,12 @@ class CodecSlots:
             raise ValueError(
                 f"codec compile mode must be one of {CODEC_COMPILE_MODES}; got {compile_mode!r}"
             )
+        counts = sorted({1, *frame_counts})
+        if counts[0] < 1 or counts[-1] > MAX_FRAMES_PER_CALL:
+            raise ValueError(
+                f"frame counts must be from 1 to {MAX_FRAMES_PER_CALL}; got {list(frame_counts)}"
+            )
+        self.frame_counts = tuple(counts)
         self._cuda = codec.device.type == "cuda"
         kernels = resolve_codec_kernels(kernels, cuda=self._cuda)
         self.kernels = kernels
@@ -169,15 +179,15 @@ class CodecSlots:
             self._sizes = [s for s in self._sizes if s > 1]
         self._want_graphs = graphs and self._cuda
         self._compile_workers = compile_workers
-        self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self._graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}  # per (frames, size)
         # Static inputs of a step (what a graph reads).
         self._slot_in = torch.full((slots,), self.trash, dtype=torch.int64, device=self.device)
-        self._codes_in = torch.zeros(
-            slots, self.num_codebooks, 1, dtype=torch.int64, device=self.device
-        )
+        self._codes_in = {
+            n: torch.zeros(slots, self.num_codebooks, n, dtype=torch.int64, device=self.device)
+            for n in self.frame_counts
+        }
         self._books = torch.arange(self.num_codebooks, device=self.device)
         self._books_np = np.arange(self.num_codebooks, dtype=np.int64)
-        self._hop_range = torch.arange(self.hop, device=self.device)
         # sample offsets within a chunk (a chunk never spans more than the ring)
         self._positions = torch.arange(self.ring_len, device=self.device)
         # Whole tails (every stream's last chunk) from static buffers, per bucket.
@@ -222,7 +232,8 @@ class CodecSlots:
         # eager once first: the layers build their masks and 1/alpha caches then,
         # so the traced step only reads them
         with torch.inference_mode(), self.stream_codec.codec.compute_context():
-            self._advance(self._slot_in[:1], self._codes_in[:1])
+            for n in self.frame_counts:
+                self._advance(self._slot_in[:1], self._codes_in[n][:1])
         with parallel_compile(self._compile_workers) as workers:
             started = time.perf_counter()
             self._warm_up()
@@ -235,13 +246,15 @@ class CodecSlots:
     def _warm_up(self) -> None:
         if not self._cuda:
             if self.kernels == "compiled":  # trace now
-                self._run(self._sizes[0])
+                for n in self.frame_counts:
+                    self._run(self._sizes[0], n)
             return
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):
-            for size in self._sizes:  # every row is padding: only the trash slot changes
-                self._run(size)
+            for n in self.frame_counts:  # every row is padding: only the trash slot changes
+                for size in self._sizes:
+                    self._run(size, n)
             if self._bucket_tails:
                 for size in self._tail_sizes:
                     for samples in self._tail_lengths:
@@ -251,11 +264,12 @@ class CodecSlots:
             return
         try:
             pool = torch.cuda.graph_pool_handle()
-            for size in reversed(self._sizes):  # largest first: the rest reuse its pool
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
-                    self._run(size)
-                self._graphs[size] = graph
+            for n in reversed(self.frame_counts):  # largest first: the rest reuse its pool
+                for size in reversed(self._sizes):
+                    graph = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+                        self._run(size, n)
+                    self._graphs[n, size] = graph
             if self._bucket_tails:
                 # a pool of their own: each bucket's output stays allocated
                 pool = torch.cuda.graph_pool_handle()
@@ -270,7 +284,9 @@ class CodecSlots:
             self._tail_graphs.clear()
             raise CodecCaptureError(f"capturing the codec step as CUDA graphs failed: {e}") from e
         logger.info(
-            "captured the codec step for batch sizes %s, its tails of %s samples for %s",
+            "captured the codec step of %s frames for batch sizes %s, its tails of %s samples"
+            " for %s",
+            list(self.frame_counts),
             self._sizes,
             self._tail_lengths,
             self._tail_sizes if self._bucket_tails else [],
@@ -319,31 +335,37 @@ class CodecSlots:
         *,
         rows_written: bool = False,
         written_by: Any = None,
+        frames: int = 1,
     ) -> None:
-        """Feed one frame to each slot: ``rows[i]`` is the table position of the row
-        that holds codebook 0 of slot ``slots[i]``'s frame (its codebook ``c`` is
-        ``c`` rows further). Slots must be distinct. ``rows_written``: the rows are
+        """Feed ``frames`` frames (one of :attr:`frame_counts`) to each slot: ``rows[i]``
+        is the table position of the row that holds codebook 0 of slot ``slots[i]``'s
+        first frame (its codebook ``c`` of frame ``t`` is ``t + c`` rows further).
+        Slots must be distinct. ``rows_written``: the rows are
         known to be in the table already (their writes completed); else
         ``written_by``, an event recorded on the current stream after the rows'
         writes, is what the gather waits for (default: the current stream)."""
         b = len(slots)
         if b == 0:
             return
+        if frames not in self._codes_in:
+            raise ValueError(f"a step takes {list(self.frame_counts)} frames; got {frames}")
         padded = self._graphs or self.kernels == "compiled"
         size = next(s for s in self._sizes if s >= b) if padded else b
-        codes, index = self._gather_on_side(table, slots, rows, size, rows_written, written_by)
+        codes, index = self._gather_on_side(
+            table, slots, rows, size, frames, rows_written, written_by
+        )
         with self.on_codec_stream():
             self._wait(self._gathered)
             # the static inputs are written on the codec stream: after the last
             # step read them, with no wait on the talker's stream (padding rows
             # included: they address the trash slot)
-            self._codes_in[:size].copy_(codes)
+            self._codes_in[frames][:size].copy_(codes)
             self._slot_in[:size].copy_(index)
-            graph = self._graphs.get(size)
+            graph = self._graphs.get((frames, size))
             if graph is not None:
                 graph.replay()
             else:
-                self._run(size)
+                self._run(size, frames)
 
     def fence(self) -> None:
         """Order the current stream after every gather issued so far: call before
@@ -358,6 +380,7 @@ class CodecSlots:
         slots: Sequence[int],
         rows: Sequence[int],
         size: int,
+        frames: int,
         written: bool,
         written_by: Any,
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -365,13 +388,13 @@ class CodecSlots:
         to be ``written``, after ``written_by`` or else the current stream's work
         so far."""
         if self.gather_stream is None:
-            return self._gather_frame(table, slots, rows, size)
+            return self._gather_frame(table, slots, rows, size, frames)
         if not written and written_by is not None:
             self.gather_stream.wait_event(written_by)
         elif not written:
             self.gather_stream.wait_stream(torch.cuda.current_stream(self._index))
         with OnStream(self.gather_stream, self._index):
-            codes, index = self._gather_frame(table, slots, rows, size)
+            codes, index = self._gather_frame(table, slots, rows, size, frames)
             assert self._gather_event is not None
             # one event, recorded again each step: every wait on it is enqueued
             # before the next record, and a wait takes the record it sees
@@ -383,24 +406,28 @@ class CodecSlots:
         index.record_stream(self.stream)
         return codes, index
 
-    def _run(self, size: int) -> None:
-        slots, codes = self._slot_in[:size], self._codes_in[:size]
+    def _run(self, size: int, frames: int = 1) -> None:
+        slots, codes = self._slot_in[:size], self._codes_in[frames][:size]
         if size > 1 and self.kernels == "compiled":
-            # one trace serves every batch size above 1
+            # one trace per frame count serves every batch size above 1
             torch._dynamo.mark_dynamic(slots, 0)
             torch._dynamo.mark_dynamic(codes, 0)
+            # a trace of its own per frame count (not one dynamic in the frames)
+            torch._dynamo.mark_static(codes, 2)
         with torch.inference_mode(), self.stream_codec.codec.compute_context():
             self._advance_fn(slots, codes)
 
     def _advance(self, slots: torch.Tensor, codes: torch.Tensor) -> None:
-        """One frame into each of ``slots``, its committed samples into the ring.
+        """``codes`` ``[B, Q, n]``: ``n`` frames into each of ``slots``, their committed
+        samples into the ring.
 
         ``codes`` come raw from the talker's table (:meth:`_gather_frame`): BOC/EOC
         and anything out of range become 0 here, inside the captured step."""
         codes = torch.where((codes < 0) | (codes >= CODEBOOK_SIZE), 0, codes)
         fed = self.stream_codec.frames_fed.index_select(0, slots)
-        pcm = self.stream_codec.advance_slots(slots, codes)  # [size, hop]
-        pos = (fed[:, None] * self.hop - self.delay + self._hop_range) % self.ring_len
+        pcm = self.stream_codec.advance_slots(slots, codes)  # [size, n * hop]
+        offsets = self._positions[: codes.shape[-1] * self.hop]
+        pos = (fed[:, None] * self.hop - self.delay + offsets) % self.ring_len
         self.ring[slots[:, None], pos] = pcm.to(self.ring.dtype)
 
     # -- chunks ----------------------------------------------------------------------
@@ -491,12 +518,17 @@ class CodecSlots:
         return self._uploads.upload(values)
 
     def _gather_frame(
-        self, table: torch.Tensor, slots: Sequence[int], rows: Sequence[int], size: int
+        self,
+        table: torch.Tensor,
+        slots: Sequence[int],
+        rows: Sequence[int],
+        size: int,
+        frames: int = 1,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Raw codes ``[size, Q, 1]`` (the table's dtype, uncleaned: :meth:`_advance`
-        cleans them) of one frame per slot, codebook ``c`` at table row ``rows[i] + c``
-        of slot ``slots[i]``, and the slots as a device index; rows past
-        ``len(slots)`` are padding (the trash slot, codes of table element 0).
+        """Raw codes ``[size, Q, frames]`` (the table's dtype, uncleaned: :meth:`_advance`
+        cleans them) of ``frames`` frames per slot, codebook ``c`` of frame ``t`` at table
+        row ``rows[i] + t + c`` of slot ``slots[i]``, and the slots as a device index;
+        rows past ``len(slots)`` are padding (the trash slot, codes of table element 0).
 
         Every step runs this, so its host side is one copy up and one kernel:
         the flat table offsets are computed on the host (numpy) and taken in
@@ -506,17 +538,23 @@ class CodecSlots:
         positions = table.shape[1]
         slot = np.full(size, self.trash, dtype=np.int64)
         slot[:b] = slots
-        flat = np.zeros((size, books), dtype=np.int64)
-        pos = np.clip(np.asarray(rows, dtype=np.int64)[:, None] + self._books_np, 0, positions - 1)
-        flat[:b] = (slot[:b, None] * positions + pos) * books + self._books_np
+        flat = np.zeros((size, books, frames), dtype=np.int64)
+        # [b, Q, frames]: row of codebook c of frame t
+        pos = (
+            np.asarray(rows, dtype=np.int64)[:, None, None]
+            + self._books_np[:, None]
+            + np.arange(frames, dtype=np.int64)
+        )
+        pos = np.clip(pos, 0, positions - 1)
+        flat[:b] = (slot[:b, None, None] * positions + pos) * books + self._books_np[:, None]
         meta = self._host_index(np.concatenate([flat.ravel(), slot]))
-        offsets = meta[: size * books]
+        offsets = meta[: size * books * frames]
         if offsets.device != table.device:
             offsets = offsets.to(table.device)
-        codes = torch.take(table, offsets).view(size, books, 1)
+        codes = torch.take(table, offsets).view(size, books, frames)
         if codes.device != self.device:
             codes = codes.to(self.device)
-        return codes, meta[size * books :]
+        return codes, meta[size * books * frames :]
 
     def _gather(
         self, table: torch.Tensor, slots: Sequence[int], rows: Sequence[int], frames: int

@@ -6,10 +6,13 @@ The talker writes each request's delay-patterned rows into a device table
 counts alone, and drives the streaming codec of
 :class:`~realtime_engine.talker.codec_slots.CodecSlots`:
 
-- :meth:`SlotCodec.feed`: every frame completed since the last call (frame
-  ``t`` is complete once row ``t + 7`` is written) is stepped through the
-  codec, one frame per slot per call, batched over the slots; each sample is
-  computed once, with all of the utterance's left context.
+- :meth:`SlotCodec.feed`: the frames completed since the last call (frame
+  ``t`` is complete once row ``t + 7`` is written) are stepped through the
+  codec, batched over the slots; each sample is computed once, with all of
+  the utterance's left context. With ``frames_per_call`` above 1, a stream
+  whose next chunk is not due keeps its new frames until it has that many and
+  steps them in one call (its cached state read and written once for them
+  all); the frames a due chunk, a first chunk or an ending needs never wait.
 - :meth:`SlotCodec.due` plans the chunks now due (the chunk schedule of each
   request's :class:`~realtime_engine.format.ChunkingParams`, as in
   :class:`~realtime_engine.codec.streaming.StreamingDecoder`). Given the
@@ -40,11 +43,13 @@ from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.presets import next_chunk_frames, validate_chunking
 from realtime_engine.format import (
     DEFAULT_CODEC_COMPILE_MODE,
+    DEFAULT_CODEC_FRAMES_PER_CALL,
     DEFAULT_CODEC_KERNELS,
     DEFAULT_CODEC_STREAM_PRIORITY,
     DELAY_ROWS,
     SAMPLE_RATE,
     ChunkingParams,
+    frame_counts,
 )
 from realtime_engine.talker.codec_slots import CodecSlots
 
@@ -111,7 +116,9 @@ class SlotCodec:
     ``slots`` is the number of talker slots; ``max_batch`` bounds the chunks cut
     in one call; ``graphs`` captures the codec step per batch bucket (CUDA);
     ``gemm_channels``: see :class:`~realtime_engine.codec.causal.CausalDac`;
-    ``compile_mode``: see :class:`CodecSlots`."""
+    ``compile_mode``: see :class:`CodecSlots`; ``frames_per_call``: the most frames
+    a slot steps in one codec call
+    (:data:`~realtime_engine.format.DEFAULT_CODEC_FRAMES_PER_CALL`)."""
 
     def __init__(
         self,
@@ -124,7 +131,9 @@ class SlotCodec:
         stream_priority: str = DEFAULT_CODEC_STREAM_PRIORITY,
         gemm_channels: GemmChannels = "auto",
         compile_mode: str = DEFAULT_CODEC_COMPILE_MODE,
+        frames_per_call: int = DEFAULT_CODEC_FRAMES_PER_CALL,
     ) -> None:
+        self.frames_per_call = frames_per_call
         self.device_codec = CodecSlots(
             codec,
             slots,
@@ -133,6 +142,7 @@ class SlotCodec:
             stream_priority=stream_priority,
             gemm_channels=gemm_channels,
             compile_mode=compile_mode,
+            frame_counts=frame_counts(frames_per_call),
         )
         self.max_batch = max(1, max_batch)
         self.hop = self.device_codec.hop
@@ -255,26 +265,48 @@ class SlotCodec:
         completes (:meth:`CodecSlots.step`)."""
         self._apply_resets()
         streams = self._streams
-        work = []
+        batch = self.frames_per_call
+        work: list[tuple[SlotStream, int]] = []  # (stream, frames to step now)
+        waiting: set[str] = set()
         # Every step runs this over every stream: plain attribute arithmetic, no
         # properties (frame ``t`` is complete once row ``t + DELAY_ROWS`` is in).
         for key in sorted(self._feeding):  # sorted: the same batches every time
             stream = streams[key]
             if stream.replay:
                 self._replay(stream, table)
-            if stream.rows - DELAY_ROWS > stream.fed:
-                work.append(stream)
-        self._feeding.clear()
-        while work:
-            slots, rows = [], []
-            for s in work:
-                slots.append(s.slot)
-                rows.append(s.base + s.fed)
-                s.fed += 1
-            self.device_codec.step(
-                slots, rows, table, rows_written=rows_written, written_by=written_by
-            )
-            work = [s for s in work if s.rows - DELAY_ROWS > s.fed]
+            new = stream.rows - DELAY_ROWS - stream.fed
+            if new <= 0:
+                continue
+            if (
+                batch > 1
+                and stream.emitted > 0  # a first chunk never waits
+                and not stream.final
+                and stream.rows < stream.next_rows  # nor a chunk that is due
+            ):
+                now = new - new % batch
+                if now < new:
+                    waiting.add(key)
+                if now == 0:
+                    continue
+                new = now
+            work.append((stream, new))
+        self._feeding = waiting
+        while work:  # rounds: each stream at most once per call, in order
+            calls: dict[int, tuple[list[int], list[int]]] = {}
+            rest = []
+            for stream, left in work:
+                n = 1 << (min(left, batch).bit_length() - 1)  # the largest count that fits
+                slots, rows = calls.setdefault(n, ([], []))
+                slots.append(stream.slot)
+                rows.append(stream.base + stream.fed)
+                stream.fed += n
+                if left > n:
+                    rest.append((stream, left - n))
+            for n, (slots, rows) in sorted(calls.items(), reverse=True):
+                self.device_codec.step(
+                    slots, rows, table, rows_written=rows_written, written_by=written_by, frames=n
+                )
+            work = rest
 
     def _replay(self, stream: SlotStream, table: torch.Tensor) -> None:
         stream.replay = False

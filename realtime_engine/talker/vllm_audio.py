@@ -62,6 +62,7 @@ from realtime_engine.codec.causal import GemmChannels
 from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.format import (
     DEFAULT_CODEC_COMPILE_MODE,
+    DEFAULT_CODEC_FRAMES_PER_CALL,
     DEFAULT_CODEC_KERNELS,
     DEFAULT_CODEC_STREAM_PRIORITY,
 )
@@ -190,6 +191,7 @@ class VllmAudio:
         decode_thread: bool = False,
         gemm_channels: GemmChannels = "auto",
         compile_mode: str = DEFAULT_CODEC_COMPILE_MODE,
+        frames_per_call: int = DEFAULT_CODEC_FRAMES_PER_CALL,
     ) -> None:
         """``step_event``: on CPU, where a step is complete when the host has it,
         makes each step's status wait for an event of this factory instead (to
@@ -204,7 +206,9 @@ class VllmAudio:
         ``gemm_channels``: the codec's wide convolutions as matrix products
         (:class:`~realtime_engine.codec.causal.CausalDac`; by default where the
         weights are float16). ``compile_mode``: how torch.compile builds the
-        compiled codec step (:class:`~realtime_engine.talker.codec_slots.CodecSlots`)."""
+        compiled codec step (:class:`~realtime_engine.talker.codec_slots.CodecSlots`).
+        ``frames_per_call``: the most frames a slot steps in one codec call
+        (:class:`~realtime_engine.talker.slot_codec.SlotCodec`)."""
         self._step_event = step_event
         self.codec = SlotCodec(
             codec,
@@ -215,6 +219,7 @@ class VllmAudio:
             stream_priority=stream_priority,
             gemm_channels=gemm_channels,
             compile_mode=compile_mode,
+            frames_per_call=frames_per_call,
         )
         # Streams of requests vLLM removed unfinished (preempted or aborted).
         self._detached: OrderedDict[str, SlotStream] = OrderedDict()

@@ -44,8 +44,10 @@ except ImportError:  # releases where MRv2 returned the shared V1 type
 from realtime_engine.codec.causal import GemmChannels
 from realtime_engine.format import (
     DEFAULT_CODEC_COMPILE_MODE,
+    DEFAULT_CODEC_FRAMES_PER_CALL,
     DEFAULT_CODEC_KERNELS,
     DEFAULT_CODEC_STREAM_PRIORITY,
+    frame_counts,
 )
 from realtime_engine.talker.vllm_audio import VllmAudio
 from realtime_engine.talker.vllm_protocol import SAMPLER_CONFIG_KEY, TalkerArgs
@@ -111,6 +113,7 @@ class HiggsModelState(DefaultModelState):
                 decode_thread=decode_thread_option(codec_options),
                 gemm_channels=gemm_channels_option(codec_options),
                 compile_mode=str(codec_options.get("compile_mode", DEFAULT_CODEC_COMPILE_MODE)),
+                frames_per_call=frames_per_call_option(codec_options),
             )
             if codec is not None and first_rank
             else None
@@ -303,6 +306,18 @@ def gemm_channels_option(codec_options: dict[str, Any]) -> GemmChannels:
             f" channels; got {value!r}"
         )
     return value or None
+
+
+def frames_per_call_option(codec_options: dict[str, Any]) -> int:
+    """``additional_config["higgs_codec"]["frames_per_call"]``: the most frames a slot
+    steps in one codec call, a power of two up to 8
+    (:data:`~realtime_engine.format.DEFAULT_CODEC_FRAMES_PER_CALL` when unset)."""
+    value = codec_options.get("frames_per_call", DEFAULT_CODEC_FRAMES_PER_CALL)
+    try:
+        frame_counts(value)
+    except ValueError as e:
+        raise ValueError(f'higgs_codec["frames_per_call"]: {e}') from None
+    return int(value)
 
 
 def switch_interval_option(codec_options: dict[str, Any]) -> float | None:

@@ -475,11 +475,19 @@ class WaitsRecorded:
         step = device_codec.step
 
         def recorded(
-            slots: Any, rows: Any, table: Any, *, rows_written: bool = False, written_by: Any = None
+            slots: Any,
+            rows: Any,
+            table: Any,
+            *,
+            rows_written: bool = False,
+            written_by: Any = None,
+            frames: int = 1,
         ) -> None:
             wait = None if rows_written else (written_by or "current")
-            self.waits.extend((row - PROMPT, wait) for row in rows)
-            step(slots, rows, table, rows_written=rows_written, written_by=written_by)
+            self.waits.extend((row - PROMPT + t, wait) for row in rows for t in range(frames))
+            step(
+                slots, rows, table, rows_written=rows_written, written_by=written_by, frames=frames
+            )
 
         device_codec.step = recorded  # type: ignore[method-assign]
 

@@ -355,7 +355,10 @@ def replay_probe(audio: VllmAudio, repeats: int = 20) -> dict[str, float]:
     """Host time of one replay of each captured codec graph with the device idle
     (median microseconds): what launching it costs the engine's thread."""
     device_codec = audio.codec.device_codec
-    graphs = {f"step {size}": g for size, g in device_codec._graphs.items()}
+    graphs = {
+        f"step {size}" + (f" of {n} frames" if n > 1 else ""): g
+        for (n, size), g in device_codec._graphs.items()
+    }
     graphs |= {f"tail {size}x{n}": g for (size, n), g in device_codec._tail_graphs.items()}
     out = {}
     with device_codec.on_codec_stream():

@@ -101,7 +101,7 @@ class Harness:
         self.codec.advance(key, last, final)
 
     def step(self, now: float | None = None) -> list[ChunkPlan]:
-        self.codec.feed(self.table)
+        self.codec.feed(self.table, now=now)
         plans = self.codec.due(now)
         assert len({p.key for p in plans}) == len(plans)  # one chunk per request per step
         for batch in self.codec.batches(plans):
@@ -245,14 +245,16 @@ def test_one_row_per_step_gives_the_streaming_decoders_chunks(
     frames=st.lists(st.integers(0, 40), min_size=1, max_size=3),
     groups=st.lists(st.integers(1, 4), min_size=1, max_size=20),
     step_s=st.lists(st.floats(0.0, 0.3), min_size=1, max_size=20),
+    per_call=st.sampled_from([1, 4]),
 )
 def test_early_chunks_to_listeners_running_dry_keep_the_audio_exact(
-    codec: CodecDecoder, frames: list[int], groups: list[int], step_s: list[float]
+    codec: CodecDecoder, frames: list[int], groups: list[int], step_s: list[float], per_call: int
 ) -> None:
     """A talker slower than the schedule assumes (steps up to 0.3 s for a 40 ms
     frame) gets chunks cut early, of any size: the audio is still the whole
-    decode, contiguous, each request at most one chunk per step."""
-    h = Harness(codec)
+    decode, contiguous, each request at most one chunk per step, with frames
+    stepped one or several a call."""
+    h = Harness(codec, frames_per_call=per_call)
     rows = [talker_rows(n, seed) for seed, n in enumerate(frames)]
     for i in range(len(rows)):
         h.open(f"r{i}", i, 2 * i, get_preset("exact"))
@@ -260,10 +262,15 @@ def test_early_chunks_to_listeners_running_dry_keep_the_audio_exact(
         assert peak_error(h.audio(key), offline(codec, r)) <= 1e-5
 
 
-def test_a_listener_at_the_low_water_gets_what_is_committed_at_once(codec: CodecDecoder) -> None:
+@pytest.mark.parametrize("per_call", [1, 4])
+def test_a_listener_at_the_low_water_gets_what_is_committed_at_once(
+    codec: CodecDecoder, per_call: int
+) -> None:
+    """Four frames a call too: a listener at the low water takes its frames out of
+    their wait, so what it gets is every committed sample, as with one a call."""
     exact = get_preset("exact")  # first chunk 4 frames (160 ms), then 6, holdback 10
     rows = talker_rows(40, 5)
-    slow, clockless = Harness(codec), Harness(codec)
+    slow, clockless = Harness(codec, frames_per_call=per_call), Harness(codec)
     for h in (slow, clockless):
         h.open("s", 0, 0, exact)
         h.write("s", rows, 0, 21, False)  # 14 frames: the first chunk is committed

@@ -108,7 +108,7 @@ class ReferenceAudio:
         chunks: list[tuple[str, PcmChunk]] = []
         failed: list[tuple[str, Exception]] = []
         try:
-            self.codec.feed(self._table)
+            self.codec.feed(self._table, now=now)
         except Exception as e:  # a codec failure fails its requests, not the talker
             failed.extend((key, e) for key in self.codec.active())
             for key in self.codec.active():

@@ -149,6 +149,9 @@ class SlotCodec:
         self._streams: dict[str, SlotStream] = {}
         self._ready: set[str] = set()  # streams that may have a chunk due
         self._feeding: set[str] = set()  # streams that may have frames to step
+        # Streams whose listener is at the low water, found by feed (their frames
+        # do not wait) for the next due().
+        self._urgent: set[str] = set()
         # Slots of new streams whose codec state is still to be cleared: one
         # batched reset before the codec next runs, not one per admission.
         self._resets: dict[int, None] = {}
@@ -196,6 +199,7 @@ class SlotCodec:
         stream = self._streams.pop(key, None)
         self._ready.discard(key)
         self._feeding.discard(key)
+        self._urgent.discard(key)
         return None if stream is None or stream.ended else stream
 
     def attach(self, stream: SlotStream, slot: int) -> None:
@@ -257,15 +261,21 @@ class SlotCodec:
         *,
         rows_written: bool = False,
         written_by: Any = None,
+        now: float | None = None,
     ) -> None:
-        """Step every complete frame not stepped yet through the codec (``table``:
-        ``[slots, positions, Q]``). ``rows_written``: every row advanced so far is
-        known to be in the table (its write completed), so the codec need not
-        wait for the current stream; ``written_by``: they are once that event
-        completes (:meth:`CodecSlots.step`)."""
+        """Step the complete frames not stepped yet through the codec (``table``:
+        ``[slots, positions, Q]``): all of them, or with ``frames_per_call`` above 1,
+        whole calls' worth of those whose next chunk is not due, unless their
+        listener is at the low water by ``now`` (as :meth:`due` takes it).
+        ``rows_written``: every row advanced so far is known to be in the table
+        (its write completed), so the codec need not wait for the current stream;
+        ``written_by``: they are once that event completes (:meth:`CodecSlots.step`)."""
         self._apply_resets()
         streams = self._streams
         batch = self.frames_per_call
+        if now is not None:
+            self._urgent |= self._running_dry(now)
+        urgent = self._urgent
         work: list[tuple[SlotStream, int]] = []  # (stream, frames to step now)
         waiting: set[str] = set()
         # Every step runs this over every stream: plain attribute arithmetic, no
@@ -282,6 +292,7 @@ class SlotCodec:
                 and stream.emitted > 0  # a first chunk never waits
                 and not stream.final
                 and stream.rows < stream.next_rows  # nor a chunk that is due
+                and key not in urgent  # nor a listener at the low water
             ):
                 now = new - new % batch
                 if now < new:
@@ -323,7 +334,8 @@ class SlotCodec:
         ``now`` (seconds, any monotonic clock): also plan, whatever its size,
         the committed audio of every request whose listener is down to
         :data:`LISTENER_LOW_WATER_S`. None: the chunk schedule alone."""
-        urgent = self._running_dry(now) if now is not None else set()
+        urgent = self._urgent | (self._running_dry(now) if now is not None else set())
+        self._urgent = set()
         plans = []
         for key in sorted(self._ready | urgent):
             stream = self._streams[key]

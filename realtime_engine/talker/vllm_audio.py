@@ -509,9 +509,10 @@ class VllmAudio:
     def _decode_due(self, *, rows_written: bool = True) -> None:
         """``rows_written``: only rows of statuses whose event completed were
         advanced (none assumed), so the codec need not wait for the talker."""
-        if not self._feed(rows_written=rows_written):
+        now = time.perf_counter()
+        if not self._feed(rows_written=rows_written, now=now):
             return
-        plans = self.codec.due(time.perf_counter())
+        plans = self.codec.due(now)
         for batch in self.codec.batches(plans):
             try:
                 self._decode(batch)
@@ -521,11 +522,17 @@ class VllmAudio:
             if plan.emit == 0:  # nothing to decode: only the end of the audio
                 self._queue([plan], None, None)
 
-    def _feed(self, *, rows_written: bool = False, written_by: StepEvent | None = None) -> bool:
+    def _feed(
+        self,
+        *,
+        rows_written: bool = False,
+        written_by: StepEvent | None = None,
+        now: float | None = None,
+    ) -> bool:
         """:meth:`SlotCodec.feed`; whether it went well (a codec failure fails its
         requests, not the engine)."""
         try:
-            self.codec.feed(self.table, rows_written=rows_written, written_by=written_by)
+            self.codec.feed(self.table, rows_written=rows_written, written_by=written_by, now=now)
         except Exception as e:
             self._fail_keys(self.codec.active(), e)
             return False

@@ -99,7 +99,7 @@ class DrainingServer(uvicorn.Server):
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         """SIGINT / SIGTERM: the first drains, a second exits now."""
-        if self._signalled or not self._may_drain():
+        if self._signalled or not (self._drain_begun or self._may_drain()):
             self._exit_now(sig, frame)
             return
         self._signalled = True
@@ -112,8 +112,10 @@ class DrainingServer(uvicorn.Server):
     def handle_supervisor_stop(self, sig: int, frame: FrameType | None) -> None:
         """The supervisor's forwarded stop (:data:`SUPERVISOR_STOP_SIGNAL`), counted
         apart from the signals this process gets itself: its first drains (if
-        nothing has yet), its second exits now."""
-        if self._supervisor_stopped or not self._may_drain():
+        nothing has yet), its second exits now. The first of either kind, arriving
+        once the other kind's drain has begun (or even ended: the forwarded copy
+        of a stop can come late), is that same stop, not a second one."""
+        if self._supervisor_stopped or not (self._drain_begun or self._may_drain()):
             self._exit_now(sig, frame)
             return
         self._supervisor_stopped = True

@@ -143,3 +143,39 @@ async def test_a_supervisors_stop_and_a_direct_signal_are_counted_apart() -> Non
             getattr(server, "_captured_signals", []).clear()
             server.should_exit = True
             await asyncio.wait_for(task, 15)
+
+
+async def test_the_other_copy_of_a_stop_after_the_drain_ended_is_not_a_second_stop() -> None:
+    """The forwarded copy of a stop can come after this worker's drain finished
+    (nothing was open, the supervisor slow to pass it on): it is the same stop,
+    so the worker still ends through its drain, not with an exit now."""
+    from gateway.drain import SUPERVISOR_STOP_SIGNAL
+    from gateway.serving import build_server
+    from gateway.settings import GatewaySettings
+    from realtime_engine.engines.fake import FakeEngine
+
+    for first, then in [
+        (signal.SIGTERM, SUPERVISOR_STOP_SIGNAL),
+        (SUPERVISOR_STOP_SIGNAL, signal.SIGTERM),
+    ]:
+        server, state = build_server(GatewaySettings(port=0), FakeEngine(), log_level="warning")
+        stop = {
+            signal.SIGTERM: server.handle_exit,
+            SUPERVISOR_STOP_SIGNAL: server.handle_supervisor_stop,
+        }
+        task = asyncio.create_task(server.serve())
+        try:
+            while not server.started:
+                assert not task.done()
+                await asyncio.sleep(0.01)
+            stop[first](first, None)
+            assert state.draining
+            while not server.should_exit:  # nothing open: the drain ends at once
+                assert not task.done()
+                await asyncio.sleep(0.01)
+            stop[then](then, None)
+            assert not server.force_exit
+        finally:
+            getattr(server, "_captured_signals", []).clear()
+            server.should_exit = True
+            await asyncio.wait_for(task, 15)

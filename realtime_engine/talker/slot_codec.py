@@ -12,7 +12,8 @@ counts alone, and drives the streaming codec of
   the utterance's left context. With ``frames_per_call`` above 1, a stream
   whose next chunk is not due keeps its new frames until it has that many and
   steps them in one call (its cached state read and written once for them
-  all); the frames a due chunk, a first chunk or an ending needs never wait.
+  all); the frames a due chunk, a first chunk, an ending or a listener at
+  the low water needs never wait.
 - :meth:`SlotCodec.due` plans the chunks now due (the chunk schedule of each
   request's :class:`~realtime_engine.format.ChunkingParams`, as in
   :class:`~realtime_engine.codec.streaming.StreamingDecoder`). Given the
@@ -294,12 +295,12 @@ class SlotCodec:
                 and stream.rows < stream.next_rows  # nor a chunk that is due
                 and key not in urgent  # nor a listener at the low water
             ):
-                now = new - new % batch
-                if now < new:
+                whole_calls = new - new % batch
+                if whole_calls < new:
                     waiting.add(key)
-                if now == 0:
+                if whole_calls == 0:
                     continue
-                new = now
+                new = whole_calls
             work.append((stream, new))
         self._feeding = waiting
         while work:  # rounds: each stream at most once per call, in order

@@ -33,7 +33,9 @@ more as matrix products over their gathered taps
 (``CausalDac(gemm_channels=256)``), ``+gemm64`` those of 64 channels or
 more, ``+conv`` none. Without one of those the codec chooses as served:
 products from 256 channels in float16, none otherwise. ``+autotune``
-compiles with Inductor's ``max-autotune-no-cudagraphs``.
+compiles with Inductor's ``max-autotune-no-cudagraphs``. ``+units`` runs the
+residual units of up to 128 channels as one Triton kernel each
+(``CausalDac(fused_units=True)``, not a serving option yet).
 """
 
 from __future__ import annotations
@@ -112,6 +114,7 @@ class Variant:
     channels_last: bool = False
     gemm_channels: GemmChannels = "auto"
     compile_mode: str = DEFAULT_CODEC_COMPILE_MODE
+    fused_units: bool = False
 
 
 def variant_of(name: str) -> Variant:
@@ -130,9 +133,12 @@ def variant_of(name: str) -> Variant:
             options["gemm_channels"] = None
         elif suffix == "autotune":
             options["compile_mode"] = "max-autotune-no-cudagraphs"
+        elif suffix == "units":
+            options["fused_units"] = True
         else:
             raise ValueError(
-                f"unknown suffix {suffix!r} in {name!r} (+nhwc, +gemm, +gemmN, +conv, +autotune)"
+                f"unknown suffix {suffix!r} in {name!r}"
+                " (+nhwc, +gemm, +gemmN, +conv, +autotune, +units)"
             )
     return Variant(kernels, **options)
 
@@ -159,6 +165,7 @@ def measure(
         gemm_channels=variant.gemm_channels,
         compile_mode=variant.compile_mode,
         frame_counts=args.frame_counts,
+        fused_units=variant.fused_units,
     )
     t = time.perf_counter()
     slots.warm_up()

@@ -234,6 +234,7 @@ def test_a_variant_names_its_layout_and_the_channels_taken_as_products() -> None
     assert variant_of("compiled+gemm+autotune") == Variant(
         "compiled", gemm_channels=GEMM_CHANNELS, compile_mode="max-autotune-no-cudagraphs"
     )
+    assert variant_of("compiled+units") == Variant("compiled", fused_units=True)
     for bad in ("eager+gemm0", "eager+gemmx", "eager+nchw", "eager+gemm-1", "eager+"):
         with pytest.raises(ValueError, match="suffix"):
             variant_of(bad)

@@ -76,6 +76,7 @@ class Harness:
         gemm_channels: int | None = None,
         compile_mode: str = DEFAULT_CODEC_COMPILE_MODE,
         frames_per_call: int = 1,
+        fused_units: bool = False,
     ) -> None:
         self.codec = SlotCodec(
             codec,
@@ -85,6 +86,7 @@ class Harness:
             gemm_channels=gemm_channels,
             compile_mode=compile_mode,
             frames_per_call=frames_per_call,
+            fused_units=fused_units,
         )
         # stale garbage everywhere: a leak from an earlier request would show
         self.table = torch.randint(0, 1026, (SLOTS, POSITIONS, 8), dtype=torch.int16)
@@ -491,6 +493,22 @@ def test_the_compiled_step_autotuned_traces_once_and_is_exact(codec: CodecDecode
     for i, r in enumerate(rows):
         assert peak_error(h.audio(f"r{i}"), offline(codec, r)) <= 1e-5
     assert traced == 1
+
+
+def test_the_compiled_step_with_fused_units_traces_once_and_is_exact(
+    codec: CodecDecoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``fused_units`` (every residual unit of the tiny codec as one Triton kernel,
+    run here by Triton's interpreter) through torch.compile: the kernel is an opaque
+    operator in one graph for every batch size, and the audio is the whole decode's."""
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    h = Harness(codec, kernels="compiled", fused_units=True)
+    rows, traced = three_streams_compiled(h)
+    for i, r in enumerate(rows):
+        assert peak_error(h.audio(f"r{i}"), offline(codec, r)) <= 1e-5
+    assert traced == 1
+    assert len(h.codec.device_codec.stream_codec.layers._unit_weights) == 15
 
 
 def test_only_the_compile_modes_that_leave_the_graphs_to_the_codec_are_taken(

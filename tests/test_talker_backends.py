@@ -174,6 +174,16 @@ def test_the_codec_chooses_its_matrix_products_unless_the_options_say() -> None:
             gemm_channels_option({"gemm_channels": bad})
 
 
+def test_the_fused_units_are_off_unless_the_codec_options_say_true() -> None:
+    from realtime_engine.talker.vllm_state import fused_units_option
+
+    assert fused_units_option({}) is False
+    assert fused_units_option({"fused_units": True}) is True
+    for bad in (1, "true", None):
+        with pytest.raises(ValueError, match="fused_units"):
+            fused_units_option({"fused_units": bad})
+
+
 def test_the_decode_thread_is_off_unless_the_codec_options_say_true() -> None:
     from realtime_engine.talker.vllm_state import decode_thread_option
 

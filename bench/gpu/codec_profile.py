@@ -54,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--compile-mode", choices=CODEC_COMPILE_MODES, default=DEFAULT_CODEC_COMPILE_MODE
     )
+    ap.add_argument(
+        "--fused-units", action="store_true", help="narrow residual units as one kernel each"
+    )
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args(argv)
@@ -68,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         channels_last=args.channels_last,
         gemm_channels=gemm_channels or None,
         compile_mode=args.compile_mode,
+        fused_units=args.fused_units,
     )
     taken = slots.stream_codec.layers.gemm_channels
     slots.warm_up()  # compiles (compiled kernels); no graphs: every kernel shows

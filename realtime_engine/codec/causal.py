@@ -33,6 +33,12 @@ from torch import nn
 
 from realtime_engine.codec.dac import DacDecoder, DecoderBlock, ResidualUnit, Snake1d
 from realtime_engine.codec.fused import fused_snake
+from realtime_engine.codec.fused_unit import (
+    MAX_FUSED_CHANNELS,
+    UnitWeights,
+    fused_residual,
+    interpreting,
+)
 
 State = list[torch.Tensor]  # one [B, C, L] tensor per cached buffer, in layer order
 
@@ -108,7 +114,11 @@ class CausalDac:
     many input channels run as one matrix product over their gathered taps
     (:func:`conv1d_as_gemm`) instead of through cuDNN, whose float16 kernels
     for the first block's dilated convolutions, at a step's few samples per
-    slot, are a slow generic fallback; None (the default): none do."""
+    slot, are a slow generic fallback; None (the default): none do.
+    ``fused_units``: a step runs each residual unit of up to
+    :data:`~realtime_engine.codec.fused_unit.MAX_FUSED_CHANNELS` channels as one
+    Triton kernel (:func:`~realtime_engine.codec.fused_unit.fused_residual`; CUDA,
+    or Triton's interpreter); an experiment until measured, off by default."""
 
     def __init__(
         self,
@@ -116,6 +126,7 @@ class CausalDac:
         fused: bool = False,
         channels_last: bool = False,
         gemm_channels: int | None = None,
+        fused_units: bool = False,
     ) -> None:
         if gemm_channels is not None and gemm_channels < 1:
             raise ValueError(f"gemm_channels must be at least 1 or None; got {gemm_channels}")
@@ -123,6 +134,9 @@ class CausalDac:
         self.fused = fused
         self.channels_last = channels_last
         self.gemm_channels = gemm_channels
+        self.fused_units = fused_units
+        # each fused residual unit's weights in the kernel's layout, by module
+        self._unit_weights: dict[int, UnitWeights] = {}
         # per (module, side): a convolution's (side 0) or a folded unit's conv1 and
         # conv2 (sides 1, 2) channels-last weight; modules live as long as this view
         self._nhwc: dict[tuple[int, int], torch.Tensor] = {}
@@ -213,6 +227,22 @@ class CausalDac:
             return None
         if not cached.matches(alpha):  # the codec moved or changed dtype since
             cached = self._folded[id(unit)] = _FoldedUnit.of(unit)
+        return cached
+
+    def unit_weights(self, unit: ResidualUnit, x: torch.Tensor) -> UnitWeights | None:
+        """The unit's weights for :func:`fused_residual`, or None where the unit is
+        not fused: :attr:`fused_units` off, wider than ``MAX_FUSED_CHANNELS``,
+        float64, or ``x`` on the CPU without Triton's interpreter. Made on the first (eager)
+        step, as :meth:`nhwc_weight`'s copies are."""
+        if not self.fused_units or unit.conv1.in_channels > MAX_FUSED_CHANNELS:
+            return None
+        if x.dtype == torch.float64:  # the kernel accumulates in float32
+            return None
+        if x.device.type != "cuda" and not interpreting():
+            return None
+        cached = self._unit_weights.get(id(unit))
+        if cached is None or not cached.matches(unit):
+            cached = self._unit_weights[id(unit)] = UnitWeights.of(unit)
         return cached
 
     def _may_fold(self, unit: ResidualUnit) -> bool:
@@ -431,6 +461,10 @@ class _Pass:
 
     def _residual(self, unit: ResidualUnit, x: torch.Tensor) -> torch.Tensor:
         act = self.net.activation
+        if self.step_mask is not None:  # a step with new samples
+            weights = self.net.unit_weights(unit, x)
+            if weights is not None:
+                return self._fused_residual(unit, weights, x)
         folded = self.net.folded_unit(unit)
         if folded is None:
             branch = unit.conv2(
@@ -455,6 +489,25 @@ class _Pass:
         branch[..., :lag] += cache
         branch[..., lag:] += x[..., : branch.shape[-1] - lag]
         return self._mask(branch)
+
+    def _fused_residual(
+        self, unit: ResidualUnit, weights: UnitWeights, x: torch.Tensor
+    ) -> torch.Tensor:
+        """:meth:`_residual` of a step through one kernel for the branch, skip and
+        mask; the state and the layer count advance as there."""
+        assert self.step_mask is not None and self.step_keep is not None
+        cache = self._cached()  # the first activation's last outputs
+        full = torch.cat([cache, self.net.activation(unit.snake1, x).to(cache.dtype)], dim=-1)
+        self.new.append(full[..., full.shape[-1] - cache.shape[-1] :])
+        self.delay += _conv_delay(unit.conv1)
+        skip = self._cached()  # the skip path's last ``lag`` inputs
+        lag, n = skip.shape[-1], x.shape[-1]
+        x = x.to(skip.dtype)
+        self.new.append(torch.cat([skip, x], dim=-1)[..., n:] if n < lag else x[..., n - lag :])
+        lo, hi = self.step_mask.bounds[self.layer]
+        assert hi - lo == min(n, self.delay), "a step's layer lengths are fixed by its frame count"
+        self.layer += 1
+        return fused_residual(weights, full, skip, x, self.step_keep[:, lo:hi])
 
     def _conv_unmasked(
         self,

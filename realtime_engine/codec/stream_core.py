@@ -59,8 +59,9 @@ class StreamingCodec:
         fused: bool = False,
         channels_last: bool = False,
         gemm_channels: GemmChannels = "auto",
+        fused_units: bool = False,
     ) -> None:
-        """``fused``, ``channels_last``, ``gemm_channels``: see
+        """``fused``, ``channels_last``, ``gemm_channels``, ``fused_units``: see
         :class:`~realtime_engine.codec.causal.CausalDac`; ``"auto"`` (the default)
         chooses by the weights' type
         (:func:`~realtime_engine.codec.causal.resolve_gemm_channels`)."""
@@ -76,6 +77,7 @@ class StreamingCodec:
             fused=fused,
             channels_last=channels_last,
             gemm_channels=resolve_gemm_channels(gemm_channels, codec.half_weights),
+            fused_units=fused_units,
         )
         self.max_slots = max_slots
         self.hop = codec.hop

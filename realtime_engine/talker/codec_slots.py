@@ -113,6 +113,7 @@ class CodecSlots:
         gemm_channels: GemmChannels = "auto",
         compile_mode: str = DEFAULT_CODEC_COMPILE_MODE,
         frame_counts: Sequence[int] = (1,),
+        fused_units: bool = False,
     ) -> None:
         """``bucket_tails``: run tails padded to the step's batch buckets, from
         static buffers (default: where the step is captured, so they are too).
@@ -126,7 +127,8 @@ class CodecSlots:
         where the weights are float16). ``compile_mode``: how torch.compile
         builds the compiled step (:data:`CODEC_COMPILE_MODES`). ``frame_counts``: the
         frames a slot may take in one :meth:`step` (each count a step of its own,
-        captured per bucket; 1 is always one of them)."""
+        captured per bucket; 1 is always one of them). ``fused_units``: the narrow
+        residual units as one Triton kernel each (CausalDac's; an experiment, off)."""
         if stream_priority not in CODEC_STREAM_PRIORITIES:
             raise ValueError(
                 f"codec stream priority must be one of {CODEC_STREAM_PRIORITIES};"
@@ -153,6 +155,7 @@ class CodecSlots:
             fused=fused,
             channels_last=channels_last,
             gemm_channels=gemm_channels,
+            fused_units=fused_units,
         )
         self.trash = slots  # never a talker slot: padded batch rows go here
         self.device = self.stream_codec.device

@@ -119,7 +119,8 @@ class SlotCodec:
     ``gemm_channels``: see :class:`~realtime_engine.codec.causal.CausalDac`;
     ``compile_mode``: see :class:`CodecSlots`; ``frames_per_call``: the most frames
     a slot steps in one codec call
-    (:data:`~realtime_engine.format.DEFAULT_CODEC_FRAMES_PER_CALL`)."""
+    (:data:`~realtime_engine.format.DEFAULT_CODEC_FRAMES_PER_CALL`);
+    ``fused_units``: see :class:`CodecSlots` (an experiment, off)."""
 
     def __init__(
         self,
@@ -133,6 +134,7 @@ class SlotCodec:
         gemm_channels: GemmChannels = "auto",
         compile_mode: str = DEFAULT_CODEC_COMPILE_MODE,
         frames_per_call: int = DEFAULT_CODEC_FRAMES_PER_CALL,
+        fused_units: bool = False,
     ) -> None:
         self.frames_per_call = frames_per_call
         self.device_codec = CodecSlots(
@@ -144,6 +146,7 @@ class SlotCodec:
             gemm_channels=gemm_channels,
             compile_mode=compile_mode,
             frame_counts=frame_counts(frames_per_call),
+            fused_units=fused_units,
         )
         self.max_batch = max(1, max_batch)
         self.hop = self.device_codec.hop

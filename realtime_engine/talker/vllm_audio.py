@@ -192,6 +192,7 @@ class VllmAudio:
         gemm_channels: GemmChannels = "auto",
         compile_mode: str = DEFAULT_CODEC_COMPILE_MODE,
         frames_per_call: int = DEFAULT_CODEC_FRAMES_PER_CALL,
+        fused_units: bool = False,
     ) -> None:
         """``step_event``: on CPU, where a step is complete when the host has it,
         makes each step's status wait for an event of this factory instead (to
@@ -208,7 +209,8 @@ class VllmAudio:
         weights are float16). ``compile_mode``: how torch.compile builds the
         compiled codec step (:class:`~realtime_engine.talker.codec_slots.CodecSlots`).
         ``frames_per_call``: the most frames a slot steps in one codec call
-        (:class:`~realtime_engine.talker.slot_codec.SlotCodec`)."""
+        (:class:`~realtime_engine.talker.slot_codec.SlotCodec`). ``fused_units``:
+        the codec's narrow residual units as one kernel each (an experiment, off)."""
         self._step_event = step_event
         self.codec = SlotCodec(
             codec,
@@ -220,6 +222,7 @@ class VllmAudio:
             gemm_channels=gemm_channels,
             compile_mode=compile_mode,
             frames_per_call=frames_per_call,
+            fused_units=fused_units,
         )
         # Streams of requests vLLM removed unfinished (preempted or aborted).
         self._detached: OrderedDict[str, SlotStream] = OrderedDict()

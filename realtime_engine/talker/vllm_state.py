@@ -114,6 +114,7 @@ class HiggsModelState(DefaultModelState):
                 gemm_channels=gemm_channels_option(codec_options),
                 compile_mode=str(codec_options.get("compile_mode", DEFAULT_CODEC_COMPILE_MODE)),
                 frames_per_call=frames_per_call_option(codec_options),
+                fused_units=fused_units_option(codec_options),
             )
             if codec is not None and first_rank
             else None
@@ -318,6 +319,17 @@ def frames_per_call_option(codec_options: dict[str, Any]) -> int:
     except ValueError as e:
         raise ValueError(f'higgs_codec["frames_per_call"]: {e}') from None
     return int(value)
+
+
+def fused_units_option(codec_options: dict[str, Any]) -> bool:
+    """``additional_config["higgs_codec"]["fused_units"]``: the codec's residual units
+    of up to 128 channels as one Triton kernel each
+    (:func:`~realtime_engine.codec.fused_unit.fused_residual`); an experiment, off
+    when unset."""
+    value = codec_options.get("fused_units", False)
+    if not isinstance(value, bool):
+        raise ValueError(f'higgs_codec["fused_units"] must be true or false; got {value!r}')
+    return value
 
 
 def switch_interval_option(codec_options: dict[str, Any]) -> float | None:

@@ -1,0 +1,336 @@
+"""A streaming residual unit's branch, skip and mask as one kernel (an experiment).
+
+In a streaming codec step, a residual unit is ``x + conv2(snake2(conv1(full)))``
+over the new samples, where ``full`` is the first activation's cached history
+followed by the new samples' activation. Run layer by layer that is a
+convolution (with a layout transpose on each side of it in cuDNN), an
+activation pass, a 1×1 convolution (two more transposes), and a pass for the
+skip and the start-of-utterance mask: at 256 slots, mostly passes over small
+tensors that run far from the GPU's bandwidth (docs/bench/RESULTS.md,
+sections 29-31).
+
+:func:`fused_residual` does all of it in one Triton kernel. A program takes
+one slot and a tile of output samples with every channel. It sums the
+dilated convolution's taps as tensor-core products straight from ``full``
+(an implicit GEMM), applies the second activation in registers, multiplies
+by the 1×1 convolution's weight in registers, adds the delayed skip (from
+the skip's cache or the new input) and the bias, masks the samples before
+the utterance's start, and writes the unit's output once.
+
+Channels are padded to a power of two of at least 16 (the products' least
+size), so any width runs; the wider the channels, the more registers a
+tile takes, so the codec fuses units up to :data:`MAX_FUSED_CHANNELS`.
+Kernels run on CUDA, or on the CPU through Triton's interpreter
+(``TRITON_INTERPRET=1``, for tests). :func:`residual_reference` is the
+same computation in PyTorch.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from realtime_engine.codec.dac import ResidualUnit
+
+# Units of up to this many channels are fused (the real codec's last three
+# blocks: 128, 64 and 32 channels, where a step's samples are).
+MAX_FUSED_CHANNELS = 128
+_MIN_DOT = 16  # tensor-core products need every side at least this long
+_TILE_ELEMENTS = 8192  # padded channels x samples of one program's tile
+
+
+def interpreting() -> bool:
+    """Whether Triton kernels run through its CPU interpreter."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def padded_channels(channels: int) -> int:
+    """The power of two of at least 16 that ``channels`` are padded to."""
+    return max(_MIN_DOT, 1 << (channels - 1).bit_length())
+
+
+def tile_samples(channels: int) -> int:
+    """Output samples per program for ``channels`` (a power of two, >= 16)."""
+    return max(_MIN_DOT, min(128, _TILE_ELEMENTS // padded_channels(channels)))
+
+
+@dataclass(frozen=True)
+class UnitWeights:
+    """A residual unit's parameters laid out for the kernel, zero-padded to
+    ``padded`` channels: ``conv1`` as ``[taps, out, in]``, the second
+    activation's ``alpha`` and ``1 / (alpha + 1e-9)`` in float32, ``conv2`` as
+    ``[out, in]``; biases in float32."""
+
+    device: torch.device
+    dtype: torch.dtype
+    channels: int
+    padded: int
+    dilation: int
+    taps: int
+    weight1: torch.Tensor
+    bias1: torch.Tensor
+    alpha2: torch.Tensor
+    inverse2: torch.Tensor
+    weight2: torch.Tensor
+    bias2: torch.Tensor
+
+    @classmethod
+    def of(cls, unit: ResidualUnit) -> UnitWeights:
+        conv1, conv2 = unit.conv1, unit.conv2
+        channels, _, taps = conv1.weight.shape
+        padded = padded_channels(channels)
+        dtype, device = conv1.weight.dtype, conv1.weight.device
+        f32 = torch.float32
+        with torch.no_grad():
+            w1 = conv1.weight.new_zeros(taps, padded, padded)
+            w1[:, :channels, :channels] = conv1.weight.detach().permute(2, 0, 1)
+            w2 = conv2.weight.new_zeros(padded, padded)
+            w2[:channels, :channels] = conv2.weight.detach()[:, :, 0]
+            alpha = unit.snake2.alpha.detach().reshape(-1).to(f32)
+            return cls(
+                device=device,
+                dtype=dtype,
+                channels=channels,
+                padded=padded,
+                dilation=int(conv1.dilation[0]),
+                taps=taps,
+                weight1=w1.contiguous(),
+                bias1=_padded(conv1.bias, padded, 0.0),
+                alpha2=_padded(alpha, padded, 1.0),
+                inverse2=_padded(torch.reciprocal(alpha + 1e-9), padded, 0.0),
+                weight2=w2.contiguous(),
+                bias2=_padded(conv2.bias, padded, 0.0),
+            )
+
+    def matches(self, unit: ResidualUnit) -> bool:
+        weight = unit.conv1.weight
+        return self.device == weight.device and self.dtype == weight.dtype
+
+
+def _padded(values: torch.Tensor | None, padded: int, fill: float) -> torch.Tensor:
+    if values is None:
+        raise ValueError("a fused residual unit needs its convolutions' biases")
+    flat = values.detach().reshape(-1).to(torch.float32)
+    out = flat.new_full((padded,), fill)
+    out[: flat.shape[0]] = flat
+    return out
+
+
+def residual_reference(
+    w: UnitWeights,
+    full: torch.Tensor,
+    skip_cache: torch.Tensor,
+    x: torch.Tensor,
+    keep: torch.Tensor,
+) -> torch.Tensor:
+    """:func:`fused_residual` in PyTorch (float32 arithmetic): ``full`` ``[B, C,
+    history + n]`` (the first activation's output, history first), the skip's
+    cache ``[B, C, lag]``, the new input ``x`` ``[B, C, n]``, ``keep``
+    ``[B, head]`` (1 where a sample is at or after the utterance's start)."""
+    c = w.channels
+    f32 = torch.float32
+    z = F.conv1d(
+        full.to(f32),
+        w.weight1[:, :c, :c].permute(1, 2, 0).to(f32),
+        w.bias1[:c],
+        dilation=w.dilation,
+    )
+    s = torch.sin(w.alpha2[:c, None] * z)
+    u = z + s * s * w.inverse2[:c, None]
+    y = torch.einsum("oi,bit->bot", w.weight2[:c, :c].to(f32), u) + w.bias2[:c, None]
+    n = x.shape[-1]
+    y = y + torch.cat([skip_cache, x], dim=-1)[..., :n].to(f32)
+    head = keep.shape[-1]
+    y[..., :head] *= keep[:, None, :].to(f32)
+    return y.to(x.dtype)
+
+
+def fused_residual(
+    w: UnitWeights,
+    full: torch.Tensor,
+    skip_cache: torch.Tensor,
+    x: torch.Tensor,
+    keep: torch.Tensor,
+    *,
+    tile: int | None = None,
+    warps: int | None = None,
+) -> torch.Tensor:
+    """A residual unit's output ``[B, C, n]`` as one kernel (see the module's
+    notes; arguments as :func:`residual_reference`'s). Products in TF32 when
+    PyTorch's matrix products may use it, else in full float32; float16
+    inputs multiply in float16 and accumulate in float32. ``tile`` (output
+    samples a program, a power of two >= 16) and ``warps``: the launch, by
+    default :func:`tile_samples` and 8 warps from 128 padded channels, else 4.
+
+    The kernel is an opaque operator to ``torch.compile``: a compiled step
+    calls it as it is, and a CUDA graph captures its launch."""
+    _, channels, n = x.shape
+    if channels != w.channels or full.shape[1] != channels or skip_cache.shape[1] != channels:
+        raise ValueError(f"a unit of {w.channels} channels; got {tuple(x.shape)}")
+    history = (w.taps - 1) * w.dilation
+    if full.shape[-1] != history + n:
+        raise ValueError(f"full must hold {history} + {n} samples; got {full.shape[-1]}")
+    tile = tile_samples(channels) if tile is None else tile
+    if tile < _MIN_DOT or tile & (tile - 1):
+        raise ValueError(f"tile must be a power of two of at least {_MIN_DOT}; got {tile}")
+    warps = (8 if w.padded >= 128 else 4) if warps is None else warps
+    return _unit_op(
+        full.contiguous(),
+        skip_cache.contiguous(),
+        x.contiguous(),
+        keep.contiguous(),
+        w.weight1,
+        w.bias1,
+        w.alpha2,
+        w.inverse2,
+        w.weight2,
+        w.bias2,
+        w.dilation,
+        tile,
+        warps,
+    )
+
+
+@torch.library.custom_op("realtime_engine::fused_residual", mutates_args=())
+def _unit_op(
+    full: torch.Tensor,
+    skip_cache: torch.Tensor,
+    x: torch.Tensor,
+    keep: torch.Tensor,
+    weight1: torch.Tensor,
+    bias1: torch.Tensor,
+    alpha2: torch.Tensor,
+    inverse2: torch.Tensor,
+    weight2: torch.Tensor,
+    bias2: torch.Tensor,
+    dilation: int,
+    tile: int,
+    warps: int,
+) -> torch.Tensor:
+    batch, channels, n = x.shape
+    y = torch.empty_like(x)
+    if batch == 0 or n == 0:
+        return y
+    # read when the kernel launches (a captured graph keeps what its capture read)
+    precision = "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee"
+    _unit_kernel()[(batch, -(-n // tile))](
+        full,
+        skip_cache,
+        x,
+        keep,
+        y,
+        weight1,
+        bias1,
+        alpha2,
+        inverse2,
+        weight2,
+        bias2,
+        n,
+        skip_cache.shape[-1],
+        keep.shape[-1],
+        CHANNELS=channels,
+        PADDED=weight2.shape[0],
+        TAPS=weight1.shape[0],
+        DILATION=dilation,
+        TILE=tile,
+        PRECISION=precision,
+        num_warps=warps,
+    )
+    return y
+
+
+@_unit_op.register_fake
+def _(
+    full: torch.Tensor,
+    skip_cache: torch.Tensor,
+    x: torch.Tensor,
+    keep: torch.Tensor,
+    weight1: torch.Tensor,
+    bias1: torch.Tensor,
+    alpha2: torch.Tensor,
+    inverse2: torch.Tensor,
+    weight2: torch.Tensor,
+    bias2: torch.Tensor,
+    dilation: int,
+    tile: int,
+    warps: int,
+) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+_kernels: dict[bool, Any] = {}
+
+
+def _unit_kernel() -> Any:
+    """Built on first use (Triton is for the CUDA path and the tests), once for
+    compiled and once for interpreted kernels."""
+    interpret = interpreting()
+    kernel = _kernels.get(interpret)
+    if kernel is not None:
+        return kernel
+    import triton
+    import triton.language as tl
+
+    @triton.jit(do_not_specialize=["n", "lag", "head"])
+    def unit_kernel(
+        full_ptr,
+        skip_ptr,
+        x_ptr,
+        keep_ptr,
+        y_ptr,
+        w1_ptr,
+        b1_ptr,
+        a2_ptr,
+        inv2_ptr,
+        w2_ptr,
+        b2_ptr,
+        n,
+        lag,
+        head,
+        CHANNELS: tl.constexpr,
+        PADDED: tl.constexpr,
+        TAPS: tl.constexpr,
+        DILATION: tl.constexpr,
+        TILE: tl.constexpr,
+        PRECISION: tl.constexpr,
+    ):
+        slot = tl.program_id(0).to(tl.int64)
+        t = tl.program_id(1) * TILE + tl.arange(0, TILE)
+        c = tl.arange(0, PADDED)
+        c_in = c < CHANNELS
+        t_in = t < n
+        both = c_in[:, None] & t_in[None, :]
+        full_len = n + (TAPS - 1) * DILATION
+        full_rows = full_ptr + slot * CHANNELS * full_len + c[:, None] * full_len
+        square = c[:, None] * PADDED + c[None, :]  # [out, in] of a padded weight
+        # (not tl.zeros: a jitted helper, which Triton imported without the
+        # interpreter cannot interpret)
+        acc = tl.full((PADDED, TILE), 0.0, tl.float32)
+        for k in tl.static_range(TAPS):
+            taps = tl.load(full_rows + (t[None, :] + k * DILATION), mask=both, other=0.0)
+            w1 = tl.load(w1_ptr + k * PADDED * PADDED + square)
+            acc = tl.dot(w1, taps, acc, input_precision=PRECISION)
+        z = acc + tl.load(b1_ptr + c)[:, None]
+        s = tl.sin(tl.load(a2_ptr + c)[:, None] * z)
+        u = z + s * s * tl.load(inv2_ptr + c)[:, None]
+        w2 = tl.load(w2_ptr + square)
+        y = tl.dot(w2, u.to(w2.dtype), input_precision=PRECISION)
+        y += tl.load(b2_ptr + c)[:, None]
+        # the skip, delayed by ``lag``: its cache, then the new input
+        cached = t < lag
+        skip_rows = skip_ptr + slot * CHANNELS * lag + c[:, None] * lag
+        y += tl.load(skip_rows + t[None, :], mask=both & cached[None, :], other=0.0).to(tl.float32)
+        x_rows = x_ptr + slot * CHANNELS * n + c[:, None] * n
+        fresh = both & (t >= lag)[None, :]
+        y += tl.load(x_rows + (t[None, :] - lag), mask=fresh, other=0.0).to(tl.float32)
+        keep = tl.load(keep_ptr + slot * head + t, mask=t < head, other=1.0)
+        y = y * keep.to(tl.float32)[None, :]
+        out = y_ptr + slot * CHANNELS * n + c[:, None] * n + t[None, :]
+        tl.store(out, y.to(y_ptr.dtype.element_ty), mask=both)
+
+    _kernels[interpret] = unit_kernel
+    return unit_kernel

@@ -1,0 +1,205 @@
+"""The fused residual unit (one Triton kernel for a unit's branch, skip and mask),
+run here through Triton's CPU interpreter: it equals the unit computed in
+PyTorch for any width, dilation, length, skip lag and start mask, and a
+streaming codec that fuses its units still decodes what the whole decode does,
+for any arrival pattern of frames and slots at different points of their
+utterances."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from realtime_engine.codec.causal import CausalDac
+from realtime_engine.codec.dac import ResidualUnit
+from realtime_engine.codec.decoder import CodecDecoder, load_codec_decoder
+from realtime_engine.codec.fused_unit import (
+    MAX_FUSED_CHANNELS,
+    UnitWeights,
+    fused_residual,
+    padded_channels,
+    residual_reference,
+    tile_samples,
+)
+from realtime_engine.codec.layout import CodecDims, random_codec_state_dict
+from realtime_engine.codec.stream_core import StreamingCodec
+
+pytest.importorskip("triton")
+
+FP32_ROUNDING = 2e-5
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture(autouse=True)
+def interpreted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+def random_unit(channels: int, dilation: int, seed: int) -> ResidualUnit:
+    torch.manual_seed(seed)
+    unit = ResidualUnit(channels, dilation)
+    with torch.no_grad():
+        for snake in (unit.snake1, unit.snake2):
+            snake.alpha.uniform_(0.2, 2.0)
+    return unit.eval()
+
+
+def unit_inputs(
+    unit: ResidualUnit, batch: int, n: int, head: int, seed: int, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    channels, dilation = unit.conv1.in_channels, unit.conv1.dilation[0]
+    full = torch.randn(batch, channels, 6 * dilation + n, generator=g).to(dtype)
+    skip = torch.randn(batch, channels, 3 * dilation, generator=g).to(dtype)
+    x = torch.randn(batch, channels, n, generator=g).to(dtype)
+    keep = (torch.rand(batch, head, generator=g) > 0.5).to(dtype)
+    return full, skip, x, keep
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    assert a.shape == b.shape
+    # (a start mask may zero every sample)
+    return float((a.double() - b.double()).abs().max() / b.double().abs().max().clamp_min(1e-12))
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    channels=st.sampled_from([4, 8, 16, 24, 32, 64]),
+    dilation=st.sampled_from([1, 3, 9]),
+    n=st.integers(1, 150),
+    batch=st.integers(1, 3),
+    head_share=st.floats(0, 1),
+    seed=st.integers(0, 2**16),
+)
+def test_the_kernel_is_the_unit_computed_in_pytorch(
+    channels: int, dilation: int, n: int, batch: int, head_share: float, seed: int
+) -> None:
+    unit = random_unit(channels, dilation, seed)
+    weights = UnitWeights.of(unit)
+    inputs = unit_inputs(unit, batch, n, round(head_share * n), seed, torch.float32)
+    got = fused_residual(weights, *inputs)
+    assert rel(got, residual_reference(weights, *inputs)) < 1e-5
+
+
+def test_the_reference_is_the_module_with_its_skip_delayed_and_masked() -> None:
+    """residual_reference against ResidualUnit.forward itself: the same unit over
+    a whole signal, its skip delayed by the branch's right padding."""
+    unit = random_unit(8, 3, seed=1)
+    weights = UnitWeights.of(unit)
+    signal = torch.randn(2, 8, 60)
+    act = unit.snake1(signal)
+    lag = 3 * 3
+    full = torch.cat([torch.zeros(2, 8, 6 * 3), act], -1)  # zero history: the start
+    skip = torch.zeros(2, 8, lag)
+    keep = torch.ones(2, 0)
+    with torch.no_grad():
+        whole = unit(signal)
+        got = residual_reference(weights, full, skip, signal, keep)
+    # output t is the whole unit's sample t - lag (the causal branch's delay)
+    assert rel(got[..., lag:], whole[..., : 60 - lag]) < 1e-5
+
+
+def test_float16_multiplies_in_float16_and_stays_close() -> None:
+    unit = random_unit(32, 9, seed=3)
+    half = UnitWeights.of(unit.half())
+    inputs = unit_inputs(unit, 2, 100, 40, seed=3, dtype=torch.float16)
+    got = fused_residual(half, *inputs)
+    assert got.dtype == torch.float16
+    assert rel(got, residual_reference(half, *inputs)) < 2e-3
+
+
+def test_widths_pad_to_a_product_size_and_tiles_fit_the_registers() -> None:
+    assert [padded_channels(c) for c in (1, 8, 16, 17, 32, 100, 128)] == [
+        16, 16, 16, 32, 32, 128, 128,
+    ]  # fmt: skip
+    assert [tile_samples(c) for c in (8, 32, 64, 128)] == [128, 128, 128, 64]
+    with pytest.raises(ValueError, match="full must hold"):
+        unit = random_unit(8, 1, seed=0)
+        full, skip, x, keep = unit_inputs(unit, 1, 10, 0, 0, torch.float32)
+        fused_residual(UnitWeights.of(unit), full[..., 1:], skip, x, keep)
+
+
+# -- a streaming codec that fuses its units ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def codec() -> CodecDecoder:
+    """The real strides with channels that put units on both sides of the fused
+    width: the first block's (160) stay layer by layer, the other four blocks'
+    (128 down to 16) are fused."""
+    dims = CodecDims(decoder_channels=(256, 160, 128, 64, 32, 16))
+    sd = random_codec_state_dict(dims, torch.Generator().manual_seed(0), include_encoder=False)
+    return load_codec_decoder(sd)
+
+
+def whole(codec: CodecDecoder, codes: torch.Tensor) -> torch.Tensor:
+    with torch.inference_mode(), codec.compute_context():
+        return codec.acoustic_decoder(codec.acoustic_input(codes))[:, 0]
+
+
+def streamed(core: StreamingCodec, codes: torch.Tensor, groups: list[int]) -> torch.Tensor:
+    slots = list(range(codes.shape[0]))
+    core.reset(slots)
+    out, at = [], 0
+    for n in groups:
+        out.append(core.step(slots, codes[:, :, at : at + n]))
+        at += n
+    out.append(core.flush(slots))
+    return torch.cat(out, -1)[:, core.delay :]
+
+
+@settings(max_examples=3, deadline=None)
+@given(groups=st.lists(st.integers(1, 3), min_size=2, max_size=4), seed=st.integers(0, 2**16))
+def test_a_codec_with_fused_units_streams_the_whole_decode(
+    codec: CodecDecoder, groups: list[int], seed: int
+) -> None:
+    codes = torch.randint(
+        0, 1024, (2, 8, sum(groups)), generator=torch.Generator().manual_seed(seed)
+    )
+    core = StreamingCodec(codec, 2, fused_units=True)
+    got = streamed(core, codes, groups)
+    assert len(core.layers._unit_weights) == 12  # three units in each of four blocks
+    assert rel(got, whole(codec, codes)) < FP32_ROUNDING
+
+
+def test_slots_at_different_points_of_their_utterances_are_masked_apart(
+    codec: CodecDecoder,
+) -> None:
+    """One slot starts while the other is mid-utterance: the start mask is per slot
+    and per sample, so each still streams its own whole decode."""
+    g = torch.Generator().manual_seed(7)
+    early, late = (
+        torch.randint(0, 1024, (8, 6), generator=g),
+        torch.randint(0, 1024, (8, 3), generator=g),
+    )
+    core = StreamingCodec(codec, 2, fused_units=True)
+    core.reset([0, 1])
+    first = [core.step([0], early[None, :, :3])[0]]
+    second = []
+    for at in range(3):  # both slots in every call from here
+        pcm = core.step([0, 1], torch.stack([early[:, 3 + at : 4 + at], late[:, at : at + 1]]))
+        first.append(pcm[0])
+        second.append(pcm[1])
+    tail = core.flush([0, 1])
+    got_early = torch.cat([*first, tail[0]])[core.delay :]
+    got_late = torch.cat([*second, tail[1]])[core.delay :]
+    assert rel(got_early, whole(codec, early[None])[0]) < FP32_ROUNDING
+    assert rel(got_late, whole(codec, late[None])[0]) < FP32_ROUNDING
+
+
+def test_without_a_gpu_or_the_interpreter_the_units_run_layer_by_layer(
+    codec: CodecDecoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TRITON_INTERPRET")
+    net = CausalDac(codec.acoustic_decoder, fused_units=True)
+    unit = codec.acoustic_decoder.block[2].res_unit1
+    assert unit.conv1.in_channels <= MAX_FUSED_CHANNELS
+    assert net.unit_weights(unit, torch.zeros(1, unit.conv1.in_channels, 1)) is None
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert net.unit_weights(unit, torch.zeros(1, unit.conv1.in_channels, 1)) is not None
+    wide = codec.acoustic_decoder.block[0].res_unit1  # 160 channels
+    assert net.unit_weights(wide, torch.zeros(1, 160, 1)) is None
+    assert net.unit_weights(unit, torch.zeros(1, 128, 1, dtype=torch.float64)) is None

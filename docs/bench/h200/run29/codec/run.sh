@@ -1,0 +1,29 @@
+#!/bin/bash
+# The codec's narrow residual units as one Triton kernel each (CausalDac's fused_units).
+# PART=units: each unit alone at 256 slots, layer by layer against the fused kernel for every
+# launch (bench.gpu.fused_unit_bench), TF32 and float16, one archive $OUT/units.tar.gz (~3 min).
+# PART=codec: the whole codec step, with and without the units fused, TF32 and float16, at
+# 2-256 slots, then the float16 step at 256 profiled with the units fused; one archive
+# $OUT/codec.tar.gz (bench/gpu/codec_variants.sh; ~8 min from a cold compile cache).
+export PYTHONUNBUFFERED=1 TORCHINDUCTOR_COMPILE_THREADS=16 CUBLAS_WORKSPACE_CONFIG=:0:0
+case ${PART:-units} in
+  units)
+    W=$OUT/units
+    mkdir -p "$W"
+    nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$W/gpu.txt"
+    for precision in ${PRECISIONS:-tf32 fp16}; do
+      timeout "${LIMIT:-200}" python3 -m bench.gpu.fused_unit_bench --batch "${BATCH:-256}" \
+        --precision "$precision" --out "$W/$precision" > "$W/$precision.log" 2>&1
+      echo "rc=$?" >> "$W/$precision.log"
+      tail -25 "$W/$precision.log"
+    done
+    tar czf "$OUT/units.tar.gz" -C "$OUT" units && rm -rf "$W"
+    ;;
+  codec)
+    NAME=codec LIMIT=${LIMIT:-200} BATCHES=${BATCHES:-2,64,128,256} NO_PROFILE=${NO_PROFILE:-} \
+      PROFILE_ARGS=${PROFILE_ARGS:---fused-units} \
+      VARIANTS=${VARIANTS:-"tf32:compiled tf32:compiled+units fp16:compiled fp16:compiled+units"} \
+      bash bench/gpu/codec_variants.sh
+    ;;
+  *) echo "unknown PART ${PART} (units, codec)" >&2; exit 2 ;;
+esac

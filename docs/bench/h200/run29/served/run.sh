@@ -1,0 +1,17 @@
+#!/bin/bash
+# One served start (bench/gpu/served_start.sh): VARIANT "base" (the defaults) or "units"
+# (additional_config higgs_codec fused_units: the codec's residual units of up to 128
+# channels as one Triton kernel each), or "fp16units" (that with --codec-precision fp16).
+# Run base and a variant in turn on one machine, LEVELS=64,128,256 (RESULTS.md sections 30
+# and 31).
+VARIANT=${VARIANT:-base}
+units='{"engine_args": {"additional_config": {"higgs_codec": {"fused_units": true}}}}'
+serve_args=""
+case $VARIANT in
+  base) options="" ;;
+  units) options=$units ;;
+  fp16units) options=$units; serve_args="--codec-precision fp16" ;;
+  *) echo "unknown VARIANT $VARIANT (base, units, fp16units)" >&2; exit 2 ;;
+esac
+TAG=r20_${VARIANT}_${START:-1} SERVE_ARGS=$serve_args TALKER_OPTIONS=$options \
+  bash bench/gpu/served_start.sh

@@ -212,9 +212,11 @@ def _unit_op(
     warps: int,
 ) -> torch.Tensor:
     batch, channels, n = x.shape
-    y = torch.empty_like(x)
+    y = x.new_empty(x.shape)  # contiguous, as the kernel writes it
     if batch == 0 or n == 0:
         return y
+    # the kernel indexes them densely (no copy where they already are)
+    full, skip_cache, x, keep = (t.contiguous() for t in (full, skip_cache, x, keep))
     # read when the kernel launches (a captured graph keeps what its capture read)
     precision = "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee"
     _unit_kernel()[(batch, -(-n // tile))](
@@ -259,7 +261,7 @@ def _(
     tile: int,
     warps: int,
 ) -> torch.Tensor:
-    return torch.empty_like(x)
+    return x.new_empty(x.shape)
 
 
 _kernels: dict[bool, Any] = {}

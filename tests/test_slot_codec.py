@@ -813,7 +813,10 @@ def test_a_call_of_several_frames_is_that_many_calls_of_one(codec: CodecDecoder)
         for t in range(n):
             one.step(which, [start + t] * 3, table)
         many.step(which, [start] * 3, table, frames=n)
-    assert torch.allclose(one.ring, many.ring, rtol=0, atol=1e-6)
+    # the same arithmetic over other lengths: equal within float32 rounding
+    # (about 4e-6 of the peak here; a wrong frame or slot would be of order 1)
+    error = (one.ring - many.ring).abs().max() / one.ring.abs().max()
+    assert float(error) <= 1e-5
     assert torch.equal(one.stream_codec.frames_fed, many.stream_codec.frames_fed)
     with pytest.raises(ValueError, match="a step takes"):
         many.step(which, [0] * 3, table, frames=3)

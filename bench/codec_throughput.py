@@ -35,7 +35,8 @@ more, ``+conv`` none. Without one of those the codec chooses as served:
 products from 256 channels in float16, none otherwise. ``+autotune``
 compiles with Inductor's ``max-autotune-no-cudagraphs``. ``+units`` runs the
 residual units of up to 128 channels as one Triton kernel each
-(``CausalDac(fused_units=True)``, not a serving option yet).
+(``CausalDac(fused_units=True)``, not a serving option yet), ``+unitsact``
+with their first activation in the kernel too (``fused_units="activation"``).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ import torch
 
 from realtime_engine.codec.causal import GEMM_CHANNELS, GemmChannels
 from realtime_engine.codec.decoder import CODEC_PRECISIONS, CodecDecoder
+from realtime_engine.codec.fused_unit import FusedUnits
 from realtime_engine.codec.layout import CodecDims
 from realtime_engine.format import DEFAULT_CODEC_COMPILE_MODE, FRAMES_PER_SECOND
 from realtime_engine.talker.codec_slots import CodecSlots
@@ -114,7 +116,7 @@ class Variant:
     channels_last: bool = False
     gemm_channels: GemmChannels = "auto"
     compile_mode: str = DEFAULT_CODEC_COMPILE_MODE
-    fused_units: bool = False
+    fused_units: FusedUnits = False
 
 
 def variant_of(name: str) -> Variant:
@@ -135,10 +137,12 @@ def variant_of(name: str) -> Variant:
             options["compile_mode"] = "max-autotune-no-cudagraphs"
         elif suffix == "units":
             options["fused_units"] = True
+        elif suffix == "unitsact":
+            options["fused_units"] = "activation"
         else:
             raise ValueError(
                 f"unknown suffix {suffix!r} in {name!r}"
-                " (+nhwc, +gemm, +gemmN, +conv, +autotune, +units)"
+                " (+nhwc, +gemm, +gemmN, +conv, +autotune, +units, +unitsact)"
             )
     return Variant(kernels, **options)
 

@@ -24,7 +24,8 @@ def test_every_fused_launch_matches_the_layers_and_the_summary_adds_them(
     units = {r["unit"] for r in rows}
     assert len(units) == 15  # the tiny codec's units are all narrow enough
     fused = [r for r in rows if r["variant"] == "fused"]
-    assert len(fused) == 2 * len(units)
-    assert {(r["tile"], r["warps"]) for r in fused} == {(16, 4), (64, 4)}
+    assert len(fused) == 4 * len(units)  # two launches, each with and without the activation
+    launches = {(r["activate"], r["tile"], r["warps"]) for r in fused}
+    assert launches == {(a, t, 4) for a in (False, True) for t in (16, 64)}
     assert report["summary"]["worst_error"] < 1e-5
     assert set(report["summary"]["best_launch_by_channels"]) == {"8", "16"}

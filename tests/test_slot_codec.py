@@ -21,6 +21,7 @@ from streaming_support import random_tiny_codec, whole
 
 from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.delay import apply_delay
+from realtime_engine.codec.fused_unit import FusedUnits
 from realtime_engine.codec.layout import CodecDims
 from realtime_engine.codec.presets import PRESETS, RECEPTIVE_FIELD_FRAMES, get_preset
 from realtime_engine.codec.streaming import StreamingDecoder
@@ -76,7 +77,7 @@ class Harness:
         gemm_channels: int | None = None,
         compile_mode: str = DEFAULT_CODEC_COMPILE_MODE,
         frames_per_call: int = 1,
-        fused_units: bool = False,
+        fused_units: FusedUnits = False,
     ) -> None:
         self.codec = SlotCodec(
             codec,
@@ -495,15 +496,16 @@ def test_the_compiled_step_autotuned_traces_once_and_is_exact(codec: CodecDecode
     assert traced == 1
 
 
+@pytest.mark.parametrize("mode", [True, "activation"])
 def test_the_compiled_step_with_fused_units_traces_once_and_is_exact(
-    codec: CodecDecoder, monkeypatch: pytest.MonkeyPatch
+    codec: CodecDecoder, monkeypatch: pytest.MonkeyPatch, mode: FusedUnits
 ) -> None:
     """``fused_units`` (every residual unit of the tiny codec as one Triton kernel,
     run here by Triton's interpreter) through torch.compile: the kernel is an opaque
     operator in one graph for every batch size, and the audio is the whole decode's."""
     pytest.importorskip("triton")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    h = Harness(codec, kernels="compiled", fused_units=True)
+    h = Harness(codec, kernels="compiled", fused_units=mode)
     rows, traced = three_streams_compiled(h)
     for i, r in enumerate(rows):
         assert peak_error(h.audio(f"r{i}"), offline(codec, r)) <= 1e-5

@@ -35,8 +35,16 @@ from torch.profiler import ProfilerActivity, profile
 from bench.gpu.kernel_kinds import by_kind, load_events, render
 from bench.gpu.random_codec import random_codec
 from realtime_engine.codec.causal import GemmChannels
+from realtime_engine.codec.fused_unit import FusedUnits
 from realtime_engine.format import CODEC_COMPILE_MODES, CODEC_KERNELS, DEFAULT_CODEC_COMPILE_MODE
 from realtime_engine.talker.codec_slots import CodecSlots
+
+# --fused-units: absent, bare, or "activation"
+FUSED_UNITS_BY_FLAG: dict[str | None, FusedUnits] = {
+    None: False,
+    "branch": True,
+    "activation": "activation",
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,7 +63,11 @@ def main(argv: list[str] | None = None) -> int:
         "--compile-mode", choices=CODEC_COMPILE_MODES, default=DEFAULT_CODEC_COMPILE_MODE
     )
     ap.add_argument(
-        "--fused-units", action="store_true", help="narrow residual units as one kernel each"
+        "--fused-units",
+        nargs="?",
+        const="branch",
+        choices=["branch", "activation"],
+        help="narrow residual units as one kernel each (activation: their first one too)",
     )
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -71,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         channels_last=args.channels_last,
         gemm_channels=gemm_channels or None,
         compile_mode=args.compile_mode,
-        fused_units=args.fused_units,
+        fused_units=FUSED_UNITS_BY_FLAG[args.fused_units],
     )
     taken = slots.stream_codec.layers.gemm_channels
     slots.warm_up()  # compiles (compiled kernels); no graphs: every kernel shows

@@ -10,7 +10,8 @@ the served step is and captured as a CUDA graph, graph replays back to back:
   mask, as PyTorch operators (cuDNN's convolutions and Inductor's fused passes,
   as served);
 - ``fused``: the same first activation and history, then
-  :func:`~realtime_engine.codec.fused_unit.fused_residual`, for every launch in
+  :func:`~realtime_engine.codec.fused_unit.fused_residual` (``branch``), or the
+  kernel taking the first activation too (``activation``), for every launch in
   ``--tiles`` x ``--warps``.
 
 It reports microseconds a call and each fused launch's error against
@@ -26,6 +27,7 @@ CPU through Triton's interpreter, eager and untimed (a smoke check).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -85,11 +87,23 @@ def first_activation(unit: ResidualUnit) -> Callable[..., torch.Tensor]:
 
 
 def fused_step(
-    activation: Callable[..., torch.Tensor], weights: UnitWeights, tile: int, warps: int
+    activation: Callable[..., torch.Tensor],
+    weights: UnitWeights,
+    activate: bool,
+    tile: int,
+    warps: int,
 ) -> Callable[..., torch.Tensor]:
+    """The fused unit after its first activation, or (``activate``) taking it too
+    (the codec then also activates the last ``history`` new samples for the
+    state, a small pass left out here)."""
+
     def step(
         x: torch.Tensor, history: torch.Tensor, skip: torch.Tensor, keep: torch.Tensor
     ) -> torch.Tensor:
+        if activate:
+            return fused_residual(
+                weights, history, skip, x, keep, activate=True, tile=tile, warps=warps
+            )
         full = activation(x, history)
         return fused_residual(weights, full, skip, x, keep, tile=tile, warps=warps)
 
@@ -177,14 +191,13 @@ def main(argv: list[str] | None = None) -> int:
             activation = first_activation(unit)
             if cuda:
                 activation = torch.compile(activation)
-            for tile in tiles:
-                for w in warps:
-                    step = fused_step(activation, weights, tile, w)
-                    us, got = timed(step, inputs, args.iters, cuda)
-                    peak = want.double().abs().max().clamp_min(1e-12)
-                    error = float((got.double() - want.double()).abs().max() / peak)
-                    row = {**base, "variant": "fused", "tile": tile, "warps": w}
-                    rows.append({**row, "us": round(us, 2), "error": error})
+            for activate, tile, w in itertools.product((False, True), tiles, warps):
+                step = fused_step(activation, weights, activate, tile, w)
+                us, got = timed(step, inputs, args.iters, cuda)
+                peak = want.double().abs().max().clamp_min(1e-12)
+                error = float((got.double() - want.double()).abs().max() / peak)
+                row = {**base, "variant": "fused", "activate": activate, "tile": tile}
+                rows.append({**row, "warps": w, "us": round(us, 2), "error": error})
             print(json.dumps([r for r in rows if r["unit"] == name]), flush=True)
     report = {"batch": args.batch, "precision": args.precision, "rows": rows}
     report["summary"] = summary(rows)
@@ -195,6 +208,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def launch_key(row: dict[str, Any]) -> str:
+    mode = "activation" if row["activate"] else "branch"
+    return f"{mode}:tile{row['tile']}x{row['warps']}"
+
+
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per launch, the sum over the units; the best launch per width; the saving."""
     layers = sum(r["us"] for r in rows if r["variant"] == "layers")
@@ -203,13 +221,13 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for r in rows:
         if r["variant"] != "fused":
             continue
-        key = f"tile{r['tile']}x{r['warps']}"
+        key = launch_key(r)
         launches[key] = launches.get(key, 0.0) + r["us"]
     for channels in sorted({r["channels"] for r in rows}):
         by_launch: dict[str, float] = {}
         for r in rows:
             if r["variant"] == "fused" and r["channels"] == channels:
-                key = f"tile{r['tile']}x{r['warps']}"
+                key = launch_key(r)
                 by_launch[key] = by_launch.get(key, 0.0) + r["us"]
         key = min(by_launch, key=lambda k: by_launch[k])
         best[channels] = (round(by_launch[key], 2), key)

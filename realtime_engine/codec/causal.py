@@ -34,7 +34,9 @@ from torch import nn
 from realtime_engine.codec.dac import DacDecoder, DecoderBlock, ResidualUnit, Snake1d
 from realtime_engine.codec.fused import fused_snake
 from realtime_engine.codec.fused_unit import (
+    FUSED_UNITS_VALUES,
     MAX_FUSED_CHANNELS,
+    FusedUnits,
     UnitWeights,
     fused_residual,
     interpreting,
@@ -118,7 +120,8 @@ class CausalDac:
     ``fused_units``: a step runs each residual unit of up to
     :data:`~realtime_engine.codec.fused_unit.MAX_FUSED_CHANNELS` channels as one
     Triton kernel (:func:`~realtime_engine.codec.fused_unit.fused_residual`; CUDA,
-    or Triton's interpreter); an experiment until measured, off by default."""
+    or Triton's interpreter), after the unit's first activation (True) or taking
+    it too (``"activation"``); an experiment until measured, off by default."""
 
     def __init__(
         self,
@@ -126,8 +129,12 @@ class CausalDac:
         fused: bool = False,
         channels_last: bool = False,
         gemm_channels: int | None = None,
-        fused_units: bool = False,
+        fused_units: FusedUnits = False,
     ) -> None:
+        if fused_units not in FUSED_UNITS_VALUES:
+            raise ValueError(
+                f"fused_units must be one of {FUSED_UNITS_VALUES}; got {fused_units!r}"
+            )
         if gemm_channels is not None and gemm_channels < 1:
             raise ValueError(f"gemm_channels must be at least 1 or None; got {gemm_channels}")
         self.dac = dac
@@ -497,17 +504,26 @@ class _Pass:
         mask; the state and the layer count advance as there."""
         assert self.step_mask is not None and self.step_keep is not None
         cache = self._cached()  # the first activation's last outputs
-        full = torch.cat([cache, self.net.activation(unit.snake1, x).to(cache.dtype)], dim=-1)
-        self.new.append(full[..., full.shape[-1] - cache.shape[-1] :])
+        history, n = cache.shape[-1], x.shape[-1]
+        if self.net.fused_units == "activation":
+            # the kernel activates x itself: only the new history's share here
+            recent = self.net.activation(unit.snake1, x[..., max(0, n - history) :])
+            self.new.append(torch.cat([cache, recent.to(cache.dtype)], dim=-1)[..., -history:])
+            source, activate = cache, True
+        else:
+            act = self.net.activation(unit.snake1, x).to(cache.dtype)
+            source, activate = torch.cat([cache, act], dim=-1), False
+            self.new.append(source[..., n:])
         self.delay += _conv_delay(unit.conv1)
         skip = self._cached()  # the skip path's last ``lag`` inputs
-        lag, n = skip.shape[-1], x.shape[-1]
+        lag = skip.shape[-1]
         x = x.to(skip.dtype)
         self.new.append(torch.cat([skip, x], dim=-1)[..., n:] if n < lag else x[..., n - lag :])
         lo, hi = self.step_mask.bounds[self.layer]
         assert hi - lo == min(n, self.delay), "a step's layer lengths are fixed by its frame count"
         self.layer += 1
-        return fused_residual(weights, full, skip, x, self.step_keep[:, lo:hi])
+        keep = self.step_keep[:, lo:hi]
+        return fused_residual(weights, source, skip, x, keep, activate=activate)
 
     def _conv_unmasked(
         self,

@@ -17,6 +17,12 @@ by the 1×1 convolution's weight in registers, adds the delayed skip (from
 the skip's cache or the new input) and the bias, masks the samples before
 the utterance's start, and writes the unit's output once.
 
+With ``activate`` the kernel also takes the unit's first activation: it reads
+the activation's history and the raw new samples, applies the activation to
+each new sample it reads (once per tap), and the pass that would write the
+history followed by the activated samples, and the kernel's read of it, go.
+Which of the two is faster is for the GPU to say (``bench.gpu.fused_unit_bench``).
+
 Channels are padded to a power of two of at least 16 (the products' least
 size), so any width runs; the wider the channels, the more registers a
 tile takes, so the codec fuses units up to :data:`MAX_FUSED_CHANNELS`.
@@ -29,7 +35,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -41,6 +47,11 @@ from realtime_engine.codec.dac import ResidualUnit
 MAX_FUSED_CHANNELS = 128
 _MIN_DOT = 16  # tensor-core products need every side at least this long
 _TILE_ELEMENTS = 8192  # padded channels x samples of one program's tile
+
+# How a codec fuses its narrow residual units: not at all, the unit after its
+# first activation (True), or with it ("activation").
+FusedUnits = bool | Literal["activation"]
+FUSED_UNITS_VALUES: tuple[FusedUnits, ...] = (False, True, "activation")
 
 
 def interpreting() -> bool:
@@ -61,9 +72,9 @@ def tile_samples(channels: int) -> int:
 @dataclass(frozen=True)
 class UnitWeights:
     """A residual unit's parameters laid out for the kernel, zero-padded to
-    ``padded`` channels: ``conv1`` as ``[taps, out, in]``, the second
-    activation's ``alpha`` and ``1 / (alpha + 1e-9)`` in float32, ``conv2`` as
-    ``[out, in]``; biases in float32."""
+    ``padded`` channels: ``conv1`` as ``[taps, out, in]``, each activation's
+    ``alpha`` and ``1 / (alpha + 1e-9)`` in float32, ``conv2`` as ``[out, in]``;
+    biases in float32."""
 
     device: torch.device
     dtype: torch.dtype
@@ -71,6 +82,8 @@ class UnitWeights:
     padded: int
     dilation: int
     taps: int
+    alpha1: torch.Tensor
+    inverse1: torch.Tensor
     weight1: torch.Tensor
     bias1: torch.Tensor
     alpha2: torch.Tensor
@@ -91,6 +104,7 @@ class UnitWeights:
             w2 = conv2.weight.new_zeros(padded, padded)
             w2[:channels, :channels] = conv2.weight.detach()[:, :, 0]
             alpha = unit.snake2.alpha.detach().reshape(-1).to(f32)
+            alpha1 = unit.snake1.alpha.detach().reshape(-1).to(f32)
             return cls(
                 device=device,
                 dtype=dtype,
@@ -98,6 +112,8 @@ class UnitWeights:
                 padded=padded,
                 dilation=int(conv1.dilation[0]),
                 taps=taps,
+                alpha1=_padded(alpha1, padded, 1.0),
+                inverse1=_padded(torch.reciprocal(alpha1 + 1e-9), padded, 0.0),
                 weight1=w1.contiguous(),
                 bias1=_padded(conv1.bias, padded, 0.0),
                 alpha2=_padded(alpha, padded, 1.0),
@@ -151,16 +167,19 @@ def residual_reference(
 
 def fused_residual(
     w: UnitWeights,
-    full: torch.Tensor,
+    source: torch.Tensor,
     skip_cache: torch.Tensor,
     x: torch.Tensor,
     keep: torch.Tensor,
     *,
+    activate: bool = False,
     tile: int | None = None,
     warps: int | None = None,
 ) -> torch.Tensor:
     """A residual unit's output ``[B, C, n]`` as one kernel (see the module's
-    notes; arguments as :func:`residual_reference`'s). Products in TF32 when
+    notes; arguments as :func:`residual_reference`'s, ``source`` its ``full``).
+    With ``activate``, ``source`` is only the first activation's history
+    ``[B, C, history]`` and the kernel activates ``x`` itself. Products in TF32 when
     PyTorch's matrix products may use it, else in full float32; float16
     inputs multiply in float16 and accumulate in float32. ``tile`` (output
     samples a program, a power of two >= 16) and ``warps``: the launch, by
@@ -169,20 +188,23 @@ def fused_residual(
     The kernel is an opaque operator to ``torch.compile``: a compiled step
     calls it as it is, and a CUDA graph captures its launch."""
     _, channels, n = x.shape
-    if channels != w.channels or full.shape[1] != channels or skip_cache.shape[1] != channels:
+    if channels != w.channels or source.shape[1] != channels or skip_cache.shape[1] != channels:
         raise ValueError(f"a unit of {w.channels} channels; got {tuple(x.shape)}")
     history = (w.taps - 1) * w.dilation
-    if full.shape[-1] != history + n:
-        raise ValueError(f"full must hold {history} + {n} samples; got {full.shape[-1]}")
+    wanted = history if activate else history + n
+    if source.shape[-1] != wanted:
+        raise ValueError(f"source must hold {wanted} samples; got {source.shape[-1]}")
     tile = tile_samples(channels) if tile is None else tile
     if tile < _MIN_DOT or tile & (tile - 1):
         raise ValueError(f"tile must be a power of two of at least {_MIN_DOT}; got {tile}")
     warps = (8 if w.padded >= 128 else 4) if warps is None else warps
     return _unit_op(
-        full.contiguous(),
+        source.contiguous(),
         skip_cache.contiguous(),
         x.contiguous(),
         keep.contiguous(),
+        w.alpha1,
+        w.inverse1,
         w.weight1,
         w.bias1,
         w.alpha2,
@@ -190,6 +212,7 @@ def fused_residual(
         w.weight2,
         w.bias2,
         w.dilation,
+        activate,
         tile,
         warps,
     )
@@ -197,10 +220,12 @@ def fused_residual(
 
 @torch.library.custom_op("realtime_engine::fused_residual", mutates_args=())
 def _unit_op(
-    full: torch.Tensor,
+    source: torch.Tensor,
     skip_cache: torch.Tensor,
     x: torch.Tensor,
     keep: torch.Tensor,
+    alpha1: torch.Tensor,
+    inverse1: torch.Tensor,
     weight1: torch.Tensor,
     bias1: torch.Tensor,
     alpha2: torch.Tensor,
@@ -208,6 +233,7 @@ def _unit_op(
     weight2: torch.Tensor,
     bias2: torch.Tensor,
     dilation: int,
+    activate: bool,
     tile: int,
     warps: int,
 ) -> torch.Tensor:
@@ -216,15 +242,17 @@ def _unit_op(
     if batch == 0 or n == 0:
         return y
     # the kernel indexes them densely (no copy where they already are)
-    full, skip_cache, x, keep = (t.contiguous() for t in (full, skip_cache, x, keep))
+    source, skip_cache, x, keep = (t.contiguous() for t in (source, skip_cache, x, keep))
     # read when the kernel launches (a captured graph keeps what its capture read)
     precision = "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee"
     _unit_kernel()[(batch, -(-n // tile))](
-        full,
+        source,
         skip_cache,
         x,
         keep,
         y,
+        alpha1,
+        inverse1,
         weight1,
         bias1,
         alpha2,
@@ -238,6 +266,7 @@ def _unit_op(
         PADDED=weight2.shape[0],
         TAPS=weight1.shape[0],
         DILATION=dilation,
+        ACTIVATE=activate,
         TILE=tile,
         PRECISION=precision,
         num_warps=warps,
@@ -246,7 +275,9 @@ def _unit_op(
 
 
 @_unit_op.register_fake
-def _(full: torch.Tensor, skip_cache: torch.Tensor, x: torch.Tensor, *rest: object) -> torch.Tensor:
+def _(
+    source: torch.Tensor, skip_cache: torch.Tensor, x: torch.Tensor, *rest: object
+) -> torch.Tensor:
     return x.new_empty(x.shape)  # (the rest: the weights and the launch)
 
 
@@ -265,11 +296,13 @@ def _unit_kernel() -> Any:
 
     @triton.jit(do_not_specialize=["n", "lag", "head"])
     def unit_kernel(
-        full_ptr,
+        source_ptr,
         skip_ptr,
         x_ptr,
         keep_ptr,
         y_ptr,
+        a1_ptr,
+        inv1_ptr,
         w1_ptr,
         b1_ptr,
         a2_ptr,
@@ -283,6 +316,7 @@ def _unit_kernel() -> Any:
         PADDED: tl.constexpr,
         TAPS: tl.constexpr,
         DILATION: tl.constexpr,
+        ACTIVATE: tl.constexpr,
         TILE: tl.constexpr,
         PRECISION: tl.constexpr,
     ):
@@ -292,14 +326,31 @@ def _unit_kernel() -> Any:
         c_in = c < CHANNELS
         t_in = t < n
         both = c_in[:, None] & t_in[None, :]
-        full_len = n + (TAPS - 1) * DILATION
-        full_rows = full_ptr + slot * CHANNELS * full_len + c[:, None] * full_len
+        history = (TAPS - 1) * DILATION
+        x_rows = x_ptr + slot * CHANNELS * n + c[:, None] * n
+        if ACTIVATE:  # the source is the history alone
+            source_rows = source_ptr + slot * CHANNELS * history + c[:, None] * history
+            a1 = tl.load(a1_ptr + c)[:, None]
+            inv1 = tl.load(inv1_ptr + c)[:, None]
+        else:  # the history, then the new samples activated
+            source_rows = source_ptr + slot * CHANNELS * (history + n) + c[:, None] * (history + n)
         square = c[:, None] * PADDED + c[None, :]  # [out, in] of a padded weight
         # (not tl.zeros: a jitted helper, which Triton imported without the
         # interpreter cannot interpret)
         acc = tl.full((PADDED, TILE), 0.0, tl.float32)
         for k in tl.static_range(TAPS):
-            taps = tl.load(full_rows + (t[None, :] + k * DILATION), mask=both, other=0.0)
+            at = t[None, :] + k * DILATION  # in [history, new samples]
+            if ACTIVATE:
+                old = at < history
+                kept = tl.load(source_rows + at, mask=both & old, other=0.0)
+                raw = tl.load(x_rows + (at - history), mask=both & (at >= history), other=0.0)
+                raw = raw.to(tl.float32)
+                s1 = tl.sin(a1 * raw)
+                new = raw + s1 * s1 * inv1
+                # rounded as the activation's own output would be
+                taps = tl.where(old, kept, new.to(kept.dtype))
+            else:
+                taps = tl.load(source_rows + at, mask=both, other=0.0)
             w1 = tl.load(w1_ptr + k * PADDED * PADDED + square)
             acc = tl.dot(w1, taps, acc, input_precision=PRECISION)
         z = acc + tl.load(b1_ptr + c)[:, None]
@@ -312,7 +363,6 @@ def _unit_kernel() -> Any:
         cached = t < lag
         skip_rows = skip_ptr + slot * CHANNELS * lag + c[:, None] * lag
         y += tl.load(skip_rows + t[None, :], mask=both & cached[None, :], other=0.0).to(tl.float32)
-        x_rows = x_ptr + slot * CHANNELS * n + c[:, None] * n
         fresh = both & (t >= lag)[None, :]
         y += tl.load(x_rows + (t[None, :] - lag), mask=fresh, other=0.0).to(tl.float32)
         keep = tl.load(keep_ptr + slot * head + t, mask=t < head, other=1.0)

@@ -33,6 +33,7 @@ import torch
 from realtime_engine.codec.causal import CausalDac, GemmChannels, State, resolve_gemm_channels
 from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.errors import CodecInputError
+from realtime_engine.codec.fused_unit import FusedUnits
 
 Slots = torch.Tensor | Sequence[int]
 
@@ -59,7 +60,7 @@ class StreamingCodec:
         fused: bool = False,
         channels_last: bool = False,
         gemm_channels: GemmChannels = "auto",
-        fused_units: bool = False,
+        fused_units: FusedUnits = False,
     ) -> None:
         """``fused``, ``channels_last``, ``gemm_channels``, ``fused_units``: see
         :class:`~realtime_engine.codec.causal.CausalDac`; ``"auto"`` (the default)

@@ -50,6 +50,7 @@ import torch
 
 from realtime_engine.codec.causal import GemmChannels
 from realtime_engine.codec.decoder import CodecDecoder
+from realtime_engine.codec.fused_unit import FusedUnits
 from realtime_engine.codec.stream_core import StreamingCodec
 from realtime_engine.format import (
     CODEBOOK_SIZE,
@@ -113,7 +114,7 @@ class CodecSlots:
         gemm_channels: GemmChannels = "auto",
         compile_mode: str = DEFAULT_CODEC_COMPILE_MODE,
         frame_counts: Sequence[int] = (1,),
-        fused_units: bool = False,
+        fused_units: FusedUnits = False,
     ) -> None:
         """``bucket_tails``: run tails padded to the step's batch buckets, from
         static buffers (default: where the step is captured, so they are too).

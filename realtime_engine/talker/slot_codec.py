@@ -41,6 +41,7 @@ import torch
 
 from realtime_engine.codec.causal import GemmChannels
 from realtime_engine.codec.decoder import CodecDecoder
+from realtime_engine.codec.fused_unit import FusedUnits
 from realtime_engine.codec.presets import next_chunk_frames, validate_chunking
 from realtime_engine.format import (
     DEFAULT_CODEC_COMPILE_MODE,
@@ -134,7 +135,7 @@ class SlotCodec:
         gemm_channels: GemmChannels = "auto",
         compile_mode: str = DEFAULT_CODEC_COMPILE_MODE,
         frames_per_call: int = DEFAULT_CODEC_FRAMES_PER_CALL,
-        fused_units: bool = False,
+        fused_units: FusedUnits = False,
     ) -> None:
         self.frames_per_call = frames_per_call
         self.device_codec = CodecSlots(

@@ -60,6 +60,7 @@ import torch
 
 from realtime_engine.codec.causal import GemmChannels
 from realtime_engine.codec.decoder import CodecDecoder
+from realtime_engine.codec.fused_unit import FusedUnits
 from realtime_engine.format import (
     DEFAULT_CODEC_COMPILE_MODE,
     DEFAULT_CODEC_FRAMES_PER_CALL,
@@ -192,7 +193,7 @@ class VllmAudio:
         gemm_channels: GemmChannels = "auto",
         compile_mode: str = DEFAULT_CODEC_COMPILE_MODE,
         frames_per_call: int = DEFAULT_CODEC_FRAMES_PER_CALL,
-        fused_units: bool = False,
+        fused_units: FusedUnits = False,
     ) -> None:
         """``step_event``: on CPU, where a step is complete when the host has it,
         makes each step's status wait for an event of this factory instead (to

@@ -42,6 +42,7 @@ except ImportError:  # releases where MRv2 returned the shared V1 type
     from vllm.v1.outputs import SamplerOutput  # type: ignore[assignment]
 
 from realtime_engine.codec.causal import GemmChannels
+from realtime_engine.codec.fused_unit import FUSED_UNITS_VALUES, FusedUnits
 from realtime_engine.format import (
     DEFAULT_CODEC_COMPILE_MODE,
     DEFAULT_CODEC_FRAMES_PER_CALL,
@@ -321,15 +322,19 @@ def frames_per_call_option(codec_options: dict[str, Any]) -> int:
     return int(value)
 
 
-def fused_units_option(codec_options: dict[str, Any]) -> bool:
+def fused_units_option(codec_options: dict[str, Any]) -> FusedUnits:
     """``additional_config["higgs_codec"]["fused_units"]``: the codec's residual units
     of up to 128 channels as one Triton kernel each
-    (:func:`~realtime_engine.codec.fused_unit.fused_residual`); an experiment, off
+    (:func:`~realtime_engine.codec.fused_unit.fused_residual`), after their first
+    activation (true) or taking it too (``"activation"``); an experiment, off
     when unset."""
     value = codec_options.get("fused_units", False)
-    if not isinstance(value, bool):
-        raise ValueError(f'higgs_codec["fused_units"] must be true or false; got {value!r}')
-    return value
+    for allowed in FUSED_UNITS_VALUES:  # (1 == True: compare types too)
+        if type(value) is type(allowed) and value == allowed:
+            return allowed
+    raise ValueError(
+        f'higgs_codec["fused_units"] must be true, false or "activation"; got {value!r}'
+    )
 
 
 def switch_interval_option(codec_options: dict[str, Any]) -> float | None:

@@ -1,10 +1,13 @@
 #!/bin/bash
 # The codec's narrow residual units as one Triton kernel each (CausalDac's fused_units).
 # PART=units: each unit alone at 256 slots, layer by layer against the fused kernel for every
-# launch (bench.gpu.fused_unit_bench), TF32 and float16, one archive $OUT/units.tar.gz (~3 min).
+# launch, with the first activation outside the kernel and inside it (bench.gpu.fused_unit_bench),
+# TF32 and float16, one archive $OUT/units.tar.gz (~4 min).
 # PART=codec: the whole codec step, with and without the units fused, TF32 and float16, at
 # 2-256 slots, then the float16 step at 256 profiled with the units fused; one archive
-# $OUT/codec.tar.gz (bench/gpu/codec_variants.sh; ~8 min from a cold compile cache).
+# $OUT/codec.tar.gz (bench/gpu/codec_variants.sh; ~8 min from a cold compile cache). Where
+# PART=units found the kernel faster with the activation inside, pass VARIANTS with +unitsact
+# and PROFILE_ARGS="--fused-units activation".
 export PYTHONUNBUFFERED=1 TORCHINDUCTOR_COMPILE_THREADS=16 CUBLAS_WORKSPACE_CONFIG=:0:0
 case ${PART:-units} in
   units)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import httpx
 import pytest
@@ -21,6 +24,8 @@ pytestmark = pytest.mark.slow
 FAKE = json.dumps({"realtime_factor": 1.0, "chunk_samples": 2400})
 LONG_TEXT = "This context keeps speaking for a long while. " * 9
 DRAIN_S = 2.0
+
+Stop = Callable[[int, Any], None]  # a signal handler of the server
 
 
 async def open_session(server: ServerProcess) -> Client:
@@ -108,41 +113,51 @@ async def test_second_signal_exits_at_once() -> None:
         await asyncio.wait_for(client.task, 10)  # the connection ended too
 
 
-async def test_a_supervisors_stop_and_a_direct_signal_are_counted_apart() -> None:
-    """A worker of ``serve --workers N`` whose process group is signalled gets one
-    stop twice, directly and through its supervisor, as far apart as scheduling
-    puts them: one of each kind drains; a second of either kind exits now."""
+@contextlib.asynccontextmanager
+async def served_in_process() -> AsyncIterator[tuple[Any, Any, dict[int, Stop]]]:
+    """A gateway server on port 0 in this process, started; yields it, its state and
+    its stop handlers by signal, and shuts it down after."""
     from gateway.drain import SUPERVISOR_STOP_SIGNAL
     from gateway.serving import build_server
     from gateway.settings import GatewaySettings
     from realtime_engine.engines.fake import FakeEngine
 
+    server, state = build_server(GatewaySettings(port=0), FakeEngine(), log_level="warning")
+    stop: dict[int, Stop] = {
+        signal.SIGTERM: server.handle_exit,
+        signal.SIGINT: server.handle_exit,
+        SUPERVISOR_STOP_SIGNAL: server.handle_supervisor_stop,
+    }
+    task = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            assert not task.done()
+            await asyncio.sleep(0.01)
+        yield server, state, stop
+    finally:
+        # uvicorn re-raises the signals it captured once it stops: none were sent
+        getattr(server, "_captured_signals", []).clear()
+        server.should_exit = True
+        await asyncio.wait_for(task, 15)
+
+
+async def test_a_supervisors_stop_and_a_direct_signal_are_counted_apart() -> None:
+    """A worker of ``serve --workers N`` whose process group is signalled gets one
+    stop twice, directly and through its supervisor, as far apart as scheduling
+    puts them: one of each kind drains; a second of either kind exits now."""
+    from gateway.drain import SUPERVISOR_STOP_SIGNAL
+
     for first, then in [
         (signal.SIGTERM, SUPERVISOR_STOP_SIGNAL),
         (SUPERVISOR_STOP_SIGNAL, signal.SIGINT),
     ]:
-        server, state = build_server(GatewaySettings(port=0), FakeEngine(), log_level="warning")
-        stop = {
-            signal.SIGTERM: server.handle_exit,
-            signal.SIGINT: server.handle_exit,
-            SUPERVISOR_STOP_SIGNAL: server.handle_supervisor_stop,
-        }
-        task = asyncio.create_task(server.serve())
-        try:
-            while not server.started:
-                assert not task.done()
-                await asyncio.sleep(0.01)
+        async with served_in_process() as (server, state, stop):
             stop[first](first, None)
             assert state.draining and not server.force_exit
             stop[then](then, None)  # the same stop's other copy, however late
             assert not server.force_exit
             stop[then](then, None)  # a second stop of that kind
             assert server.force_exit
-        finally:
-            # uvicorn re-raises the signals it captured once it stops: none were sent
-            getattr(server, "_captured_signals", []).clear()
-            server.should_exit = True
-            await asyncio.wait_for(task, 15)
 
 
 async def test_the_other_copy_of_a_stop_after_the_drain_ended_is_not_a_second_stop() -> None:
@@ -150,32 +165,16 @@ async def test_the_other_copy_of_a_stop_after_the_drain_ended_is_not_a_second_st
     (nothing was open, the supervisor slow to pass it on): it is the same stop,
     so the worker still ends through its drain, not with an exit now."""
     from gateway.drain import SUPERVISOR_STOP_SIGNAL
-    from gateway.serving import build_server
-    from gateway.settings import GatewaySettings
-    from realtime_engine.engines.fake import FakeEngine
 
     for first, then in [
         (signal.SIGTERM, SUPERVISOR_STOP_SIGNAL),
         (SUPERVISOR_STOP_SIGNAL, signal.SIGTERM),
     ]:
-        server, state = build_server(GatewaySettings(port=0), FakeEngine(), log_level="warning")
-        stop = {
-            signal.SIGTERM: server.handle_exit,
-            SUPERVISOR_STOP_SIGNAL: server.handle_supervisor_stop,
-        }
-        task = asyncio.create_task(server.serve())
-        try:
-            while not server.started:
-                assert not task.done()
-                await asyncio.sleep(0.01)
+        async with served_in_process() as (server, state, stop):
             stop[first](first, None)
             assert state.draining
-            while not server.should_exit:  # nothing open: the drain ends at once
-                assert not task.done()
-                await asyncio.sleep(0.01)
+            async with asyncio.timeout(15):  # nothing open: the drain ends at once
+                while not server.should_exit:
+                    await asyncio.sleep(0.01)
             stop[then](then, None)
             assert not server.force_exit
-        finally:
-            getattr(server, "_captured_signals", []).clear()
-            server.should_exit = True
-            await asyncio.wait_for(task, 15)

@@ -10,7 +10,7 @@ import pytest
 
 from bench.gpu.fused_unit_bench import main
 
-pytest.importorskip("triton")
+pytest.importorskip("triton", reason="the kernel is Triton's (a vLLM dependency)")
 
 
 def test_every_fused_launch_matches_the_layers_and_the_summary_adds_them(

@@ -27,7 +27,7 @@ from realtime_engine.codec.fused_unit import (
 from realtime_engine.codec.layout import CodecDims, random_codec_state_dict
 from realtime_engine.codec.stream_core import StreamingCodec
 
-pytest.importorskip("triton")
+pytest.importorskip("triton", reason="the kernel is Triton's (a vLLM dependency)")
 
 FP32_ROUNDING = 2e-5
 HOP = 960

@@ -503,7 +503,7 @@ def test_the_compiled_step_with_fused_units_traces_once_and_is_exact(
     """``fused_units`` (every residual unit of the tiny codec as one Triton kernel,
     run here by Triton's interpreter) through torch.compile: the kernel is an opaque
     operator in one graph for every batch size, and the audio is the whole decode's."""
-    pytest.importorskip("triton")
+    pytest.importorskip("triton", reason="the kernel is Triton's (a vLLM dependency)")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     h = Harness(codec, kernels="compiled", fused_units=mode)
     rows, traced = three_streams_compiled(h)

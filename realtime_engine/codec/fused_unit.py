@@ -97,14 +97,13 @@ class UnitWeights:
         channels, _, taps = conv1.weight.shape
         padded = padded_channels(channels)
         dtype, device = conv1.weight.dtype, conv1.weight.device
-        f32 = torch.float32
         with torch.no_grad():
             w1 = conv1.weight.new_zeros(taps, padded, padded)
             w1[:, :channels, :channels] = conv1.weight.detach().permute(2, 0, 1)
             w2 = conv2.weight.new_zeros(padded, padded)
             w2[:channels, :channels] = conv2.weight.detach()[:, :, 0]
-            alpha = unit.snake2.alpha.detach().reshape(-1).to(f32)
-            alpha1 = unit.snake1.alpha.detach().reshape(-1).to(f32)
+            alpha1, inverse1 = _activation(unit.snake1.alpha, padded)
+            alpha2, inverse2 = _activation(unit.snake2.alpha, padded)
             return cls(
                 device=device,
                 dtype=dtype,
@@ -112,12 +111,12 @@ class UnitWeights:
                 padded=padded,
                 dilation=int(conv1.dilation[0]),
                 taps=taps,
-                alpha1=_padded(alpha1, padded, 1.0),
-                inverse1=_padded(torch.reciprocal(alpha1 + 1e-9), padded, 0.0),
+                alpha1=alpha1,
+                inverse1=inverse1,
                 weight1=w1.contiguous(),
                 bias1=_padded(conv1.bias, padded, 0.0),
-                alpha2=_padded(alpha, padded, 1.0),
-                inverse2=_padded(torch.reciprocal(alpha + 1e-9), padded, 0.0),
+                alpha2=alpha2,
+                inverse2=inverse2,
                 weight2=w2.contiguous(),
                 bias2=_padded(conv2.bias, padded, 0.0),
             )
@@ -125,6 +124,13 @@ class UnitWeights:
     def matches(self, unit: ResidualUnit) -> bool:
         weight = unit.conv1.weight
         return self.device == weight.device and self.dtype == weight.dtype
+
+
+def _activation(alpha: torch.Tensor, padded: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Snake's ``alpha`` and ``1 / (alpha + 1e-9)`` in float32, padded (padding
+    channels: alpha 1 and inverse 0, so they stay zero)."""
+    a = alpha.detach().reshape(-1).to(torch.float32)
+    return _padded(a, padded, 1.0), _padded(torch.reciprocal(a + 1e-9), padded, 0.0)
 
 
 def _padded(values: torch.Tensor | None, padded: int, fill: float) -> torch.Tensor:
@@ -199,10 +205,10 @@ def fused_residual(
         raise ValueError(f"tile must be a power of two of at least {_MIN_DOT}; got {tile}")
     warps = (8 if w.padded >= 128 else 4) if warps is None else warps
     return _unit_op(
-        source.contiguous(),
-        skip_cache.contiguous(),
-        x.contiguous(),
-        keep.contiguous(),
+        source,
+        skip_cache,
+        x,
+        keep,
         w.alpha1,
         w.inverse1,
         w.weight1,

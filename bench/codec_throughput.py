@@ -35,8 +35,10 @@ more, ``+conv`` none. Without one of those the codec chooses as served:
 products from 256 channels in float16, none otherwise. ``+autotune``
 compiles with Inductor's ``max-autotune-no-cudagraphs``. ``+units`` runs the
 residual units of up to 128 channels as one Triton kernel each
-(``CausalDac(fused_units=True)``, not a serving option yet), ``+unitsact``
-with their first activation in the kernel too (``fused_units="activation"``).
+(``CausalDac(fused_units=True)``, an experimental serving option), ``+unitsact``
+with their first activation in the kernel too (``fused_units="activation"``),
+``+unitsup`` so and each narrow block's upsampling as one kernel too
+(``fused_units="upsample"``).
 """
 
 from __future__ import annotations
@@ -139,10 +141,12 @@ def variant_of(name: str) -> Variant:
             options["fused_units"] = True
         elif suffix == "unitsact":
             options["fused_units"] = "activation"
+        elif suffix == "unitsup":
+            options["fused_units"] = "upsample"
         else:
             raise ValueError(
                 f"unknown suffix {suffix!r} in {name!r}"
-                " (+nhwc, +gemm, +gemmN, +conv, +autotune, +units, +unitsact)"
+                " (+nhwc, +gemm, +gemmN, +conv, +autotune, +units, +unitsact, +unitsup)"
             )
     return Variant(kernels, **options)
 

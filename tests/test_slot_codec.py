@@ -496,7 +496,7 @@ def test_the_compiled_step_autotuned_traces_once_and_is_exact(codec: CodecDecode
     assert traced == 1
 
 
-@pytest.mark.parametrize("mode", [True, "activation"])
+@pytest.mark.parametrize("mode", [True, "activation", "upsample"])
 def test_the_compiled_step_with_fused_units_traces_once_and_is_exact(
     codec: CodecDecoder, monkeypatch: pytest.MonkeyPatch, mode: FusedUnits
 ) -> None:
@@ -510,7 +510,9 @@ def test_the_compiled_step_with_fused_units_traces_once_and_is_exact(
     for i, r in enumerate(rows):
         assert peak_error(h.audio(f"r{i}"), offline(codec, r)) <= 1e-5
     assert traced == 1
-    assert len(h.codec.device_codec.stream_codec.layers._unit_weights) == 15
+    layers = h.codec.device_codec.stream_codec.layers
+    assert len(layers._unit_weights) == 15
+    assert len(layers._upsample_weights) == (5 if mode == "upsample" else 0)
 
 
 def test_only_the_compile_modes_that_leave_the_graphs_to_the_codec_are_taken(

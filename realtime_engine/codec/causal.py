@@ -41,6 +41,11 @@ from realtime_engine.codec.fused_unit import (
     fused_residual,
     interpreting,
 )
+from realtime_engine.codec.fused_upsample import (
+    MAX_FUSED_IN_CHANNELS,
+    UpsampleWeights,
+    fused_upsample,
+)
 
 State = list[torch.Tensor]  # one [B, C, L] tensor per cached buffer, in layer order
 
@@ -121,7 +126,11 @@ class CausalDac:
     :data:`~realtime_engine.codec.fused_unit.MAX_FUSED_CHANNELS` channels as one
     Triton kernel (:func:`~realtime_engine.codec.fused_unit.fused_residual`; CUDA,
     or Triton's interpreter), after the unit's first activation (True) or taking
-    it too (``"activation"``); an experiment until measured, off by default."""
+    it too (``"activation"``); ``"upsample"``: as ``"activation"``, and each
+    block of up to :data:`~realtime_engine.codec.fused_upsample.MAX_FUSED_IN_CHANNELS`
+    input channels starts with its activation and transposed convolution as one
+    kernel (:func:`~realtime_engine.codec.fused_upsample.fused_upsample`); an
+    experiment until measured, off by default."""
 
     def __init__(
         self,
@@ -142,8 +151,9 @@ class CausalDac:
         self.channels_last = channels_last
         self.gemm_channels = gemm_channels
         self.fused_units = fused_units
-        # each fused residual unit's weights in the kernel's layout, by module
+        # each fused residual unit's and block's weights in its kernel's layout, by module
         self._unit_weights: dict[int, UnitWeights] = {}
+        self._upsample_weights: dict[int, UpsampleWeights] = {}
         # per (module, side): a convolution's (side 0) or a folded unit's conv1 and
         # conv2 (sides 1, 2) channels-last weight; modules live as long as this view
         self._nhwc: dict[tuple[int, int], torch.Tensor] = {}
@@ -243,13 +253,30 @@ class CausalDac:
         step, as :meth:`nhwc_weight`'s copies are."""
         if not self.fused_units or unit.conv1.in_channels > MAX_FUSED_CHANNELS:
             return None
-        if x.dtype == torch.float64:  # the kernel accumulates in float32
-            return None
-        if x.device.type != "cuda" and not interpreting():
+        if not _kernels_run_on(x):
             return None
         cached = self._unit_weights.get(id(unit))
         if cached is None or not cached.matches(unit):
             cached = self._unit_weights[id(unit)] = UnitWeights.of(unit)
+        return cached
+
+    @property
+    def units_take_activation(self) -> bool:
+        """Whether a fused unit's kernel takes its first activation too."""
+        return self.fused_units in ("activation", "upsample")
+
+    def upsample_weights(self, block: DecoderBlock, x: torch.Tensor) -> UpsampleWeights | None:
+        """The block's activation and transposed convolution for
+        :func:`fused_upsample`, or None where they run layer by layer: not
+        :attr:`fused_units` ``"upsample"``, over ``MAX_FUSED_IN_CHANNELS`` input
+        channels, or as :meth:`unit_weights`. Made on the first (eager) step."""
+        if self.fused_units != "upsample" or block.conv_t1.in_channels > MAX_FUSED_IN_CHANNELS:
+            return None
+        if not _kernels_run_on(x):
+            return None
+        cached = self._upsample_weights.get(id(block))
+        if cached is None or not cached.matches(block):
+            cached = self._upsample_weights[id(block)] = UpsampleWeights.of(block)
         return cached
 
     def _may_fold(self, unit: ResidualUnit) -> bool:
@@ -328,12 +355,20 @@ class CausalDac:
         return pcm
 
 
+def _kernels_run_on(x: torch.Tensor) -> bool:
+    """Whether the fused kernels take ``x``: on CUDA or through Triton's
+    interpreter, and not float64 (they accumulate in float32)."""
+    if x.dtype == torch.float64:
+        return False
+    return x.device.type == "cuda" or interpreting()
+
+
 def _widened(t: torch.Tensor) -> torch.Tensor:
     """``t`` detached, in float32 if it is narrower (float64 stays float64)."""
     return t.detach().to(torch.promote_types(t.dtype, torch.float32))
 
 
-def _conv_transpose_2s(x: torch.Tensor, weight: torch.Tensor, stride: int) -> torch.Tensor:
+def conv_transpose_2s(x: torch.Tensor, weight: torch.Tensor, stride: int) -> torch.Tensor:
     """conv_transpose1d for kernel 2 * stride, no bias: [B, C_in, n] ->
     [B, C_out, (n + 1) * stride] (fresh). One matmul, then each input's two
     halves overlap-added; PyTorch's CPU transposed convolution takes a path
@@ -418,7 +453,7 @@ class _Pass:
             self.step_keep = self.step_mask.keep(self.frames_fed, self.old[0].dtype)
         x = self._conv(dac.conv1, x)
         for block in _blocks(dac):
-            x = self._conv_t(block.conv_t1, self.net.activation(block.snake1, x))
+            x = self._upsample(block, x)
             for unit in _units(block):
                 x = self._residual(unit, x)
         x = self._conv(dac.conv2, self.net.activation(dac.snake1, x))
@@ -446,6 +481,30 @@ class _Pass:
     def _conv(self, conv: nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
         return self._mask(self._conv_unmasked(conv, x))
 
+    def _upsample(self, block: DecoderBlock, x: torch.Tensor) -> torch.Tensor:
+        """The block's activation and transposed convolution."""
+        if self.step_mask is not None:  # a step with new samples
+            weights = self.net.upsample_weights(block, x)
+            if weights is not None:
+                return self._fused_upsample(block.conv_t1, weights, x)
+        return self._conv_t(block.conv_t1, self.net.activation(block.snake1, x))
+
+    def _fused_upsample(
+        self, conv: nn.ConvTranspose1d, weights: UpsampleWeights, x: torch.Tensor
+    ) -> torch.Tensor:
+        """:meth:`_upsample` of a step as one kernel, its start mask included;
+        the state, timing and layer count advance as :meth:`_conv_t`'s."""
+        assert self.step_mask is not None and self.step_keep is not None
+        stride = conv.stride[0]
+        self.rate *= stride
+        self.delay = self.delay * stride + int(conv.padding[0])
+        lo, hi = self.step_mask.bounds[self.layer]
+        assert hi - lo == min(x.shape[-1] * stride, self.delay), "fixed by the frame count"
+        self.layer += 1
+        y, partial = fused_upsample(weights, x, self._cached(), self.step_keep[:, lo:hi])
+        self.new.append(partial)
+        return y
+
     def _conv_t(self, conv: nn.ConvTranspose1d, x: torch.Tensor) -> torch.Tensor:
         """Transposed conv: new inputs' sums plus the partial sums cached
         from the previous input; the last ``stride`` samples stay partial."""
@@ -456,7 +515,7 @@ class _Pass:
         if n == 0:  # a cut tail may need only the cached partial sums
             y = partial
         else:
-            y = _conv_transpose_2s(x.to(partial.dtype), conv.weight, stride)
+            y = conv_transpose_2s(x.to(partial.dtype), conv.weight, stride)
             y[..., :stride] += partial
         keep = n * stride + (lead if self.final else 0)
         self.new.append(y[..., n * stride :])
@@ -505,7 +564,7 @@ class _Pass:
         assert self.step_mask is not None and self.step_keep is not None
         cache = self._cached()  # the first activation's last outputs
         history, n = cache.shape[-1], x.shape[-1]
-        if self.net.fused_units == "activation":
+        if self.net.units_take_activation:
             # the kernel activates x itself: only the new history's share here
             recent = self.net.activation(unit.snake1, x[..., max(0, n - history) :])
             self.new.append(torch.cat([cache, recent.to(cache.dtype)], dim=-1)[..., -history:])

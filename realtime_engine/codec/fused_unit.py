@@ -45,13 +45,14 @@ from realtime_engine.codec.dac import ResidualUnit
 # Units of up to this many channels are fused (the real codec's last three
 # blocks: 128, 64 and 32 channels, where a step's samples are).
 MAX_FUSED_CHANNELS = 128
-_MIN_DOT = 16  # tensor-core products need every side at least this long
+MIN_DOT = 16  # tensor-core products need every side at least this long
 _TILE_ELEMENTS = 8192  # padded channels x samples of one program's tile
 
-# How a codec fuses its narrow residual units: not at all, the unit after its
-# first activation (True), or with it ("activation").
-FusedUnits = bool | Literal["activation"]
-FUSED_UNITS_VALUES: tuple[FusedUnits, ...] = (False, True, "activation")
+# How a codec fuses its narrow layers: not at all, each residual unit after its
+# first activation (True), with it ("activation"), or so and each block's
+# upsampling too ("upsample", realtime_engine.codec.fused_upsample).
+FusedUnits = bool | Literal["activation", "upsample"]
+FUSED_UNITS_VALUES: tuple[FusedUnits, ...] = (False, True, "activation", "upsample")
 
 
 def interpreting() -> bool:
@@ -61,12 +62,12 @@ def interpreting() -> bool:
 
 def padded_channels(channels: int) -> int:
     """The power of two of at least 16 that ``channels`` are padded to."""
-    return max(_MIN_DOT, 1 << (channels - 1).bit_length())
+    return max(MIN_DOT, 1 << (channels - 1).bit_length())
 
 
 def tile_samples(channels: int) -> int:
     """Output samples per program for ``channels`` (a power of two, >= 16)."""
-    return max(_MIN_DOT, min(128, _TILE_ELEMENTS // padded_channels(channels)))
+    return max(MIN_DOT, min(128, _TILE_ELEMENTS // padded_channels(channels)))
 
 
 @dataclass(frozen=True)
@@ -102,8 +103,8 @@ class UnitWeights:
             w1[:, :channels, :channels] = conv1.weight.detach().permute(2, 0, 1)
             w2 = conv2.weight.new_zeros(padded, padded)
             w2[:channels, :channels] = conv2.weight.detach()[:, :, 0]
-            alpha1, inverse1 = _activation(unit.snake1.alpha, padded)
-            alpha2, inverse2 = _activation(unit.snake2.alpha, padded)
+            alpha1, inverse1 = snake_constants(unit.snake1.alpha, padded)
+            alpha2, inverse2 = snake_constants(unit.snake2.alpha, padded)
             return cls(
                 device=device,
                 dtype=dtype,
@@ -114,11 +115,11 @@ class UnitWeights:
                 alpha1=alpha1,
                 inverse1=inverse1,
                 weight1=w1.contiguous(),
-                bias1=_padded(conv1.bias, padded, 0.0),
+                bias1=padded_vector(conv1.bias, padded, 0.0),
                 alpha2=alpha2,
                 inverse2=inverse2,
                 weight2=w2.contiguous(),
-                bias2=_padded(conv2.bias, padded, 0.0),
+                bias2=padded_vector(conv2.bias, padded, 0.0),
             )
 
     def matches(self, unit: ResidualUnit) -> bool:
@@ -126,16 +127,16 @@ class UnitWeights:
         return self.device == weight.device and self.dtype == weight.dtype
 
 
-def _activation(alpha: torch.Tensor, padded: int) -> tuple[torch.Tensor, torch.Tensor]:
+def snake_constants(alpha: torch.Tensor, padded: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Snake's ``alpha`` and ``1 / (alpha + 1e-9)`` in float32, padded (padding
     channels: alpha 1 and inverse 0, so they stay zero)."""
     a = alpha.detach().reshape(-1).to(torch.float32)
-    return _padded(a, padded, 1.0), _padded(torch.reciprocal(a + 1e-9), padded, 0.0)
+    return padded_vector(a, padded, 1.0), padded_vector(torch.reciprocal(a + 1e-9), padded, 0.0)
 
 
-def _padded(values: torch.Tensor | None, padded: int, fill: float) -> torch.Tensor:
+def padded_vector(values: torch.Tensor | None, padded: int, fill: float) -> torch.Tensor:
     if values is None:
-        raise ValueError("a fused residual unit needs its convolutions' biases")
+        raise ValueError("a fused layer needs its convolutions' biases")
     flat = values.detach().reshape(-1).to(torch.float32)
     out = flat.new_full((padded,), fill)
     out[: flat.shape[0]] = flat
@@ -201,8 +202,8 @@ def fused_residual(
     if source.shape[-1] != wanted:
         raise ValueError(f"source must hold {wanted} samples; got {source.shape[-1]}")
     tile = tile_samples(channels) if tile is None else tile
-    if tile < _MIN_DOT or tile & (tile - 1):
-        raise ValueError(f"tile must be a power of two of at least {_MIN_DOT}; got {tile}")
+    if tile < MIN_DOT or tile & (tile - 1):
+        raise ValueError(f"tile must be a power of two of at least {MIN_DOT}; got {tile}")
     warps = (8 if w.padded >= 128 else 4) if warps is None else warps
     return _unit_op(
         source,

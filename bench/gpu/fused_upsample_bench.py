@@ -1,0 +1,184 @@
+"""The fused upsampling against the block's layers, one block at a time.
+
+For every decoder block the codec would fuse (up to 256 input channels: the
+real codec's last three), at the inputs one frame brings it and ``--batch``
+slots, this times one streaming step of the block's activation and transposed
+convolution two ways, each compiled as the served step is and captured as a
+CUDA graph, graph replays back to back:
+
+- ``layers``: Snake, the transposed convolution as one matrix product and the
+  overlap-add of its halves, the cached partial sums, the bias and the start
+  mask, as the codec's step runs them (cuBLAS and Inductor's fused passes);
+- ``fused``: :func:`~realtime_engine.codec.fused_upsample.fused_upsample`,
+  for every launch in ``--tiles`` x ``--out-blocks`` x ``--warps`` (a tile
+  of 0: the kernel's own choice; out blocks wider than a block's padded output
+  channels are skipped).
+
+It reports microseconds a call, each launch's error against ``layers``
+(relative to the peak, output and partial sums), the best launch per block
+and the sum over the blocks: what fusing them would take off a codec step at
+this batch. Writes ``$OUT/fused_upsample_bench.json``. ``--tiny`` runs the
+tiny codec on the CPU through Triton's interpreter, eager and untimed (a
+smoke check).
+
+    python -m bench.gpu.fused_upsample_bench [--batch 256] [--precision tf32|fp16]
+        [--tiles 0,16,32,64,128] [--out-blocks 32,64,128] [--warps 4,8] [--iters 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.gpu.fused_unit_bench import timed
+from bench.gpu.random_codec import random_codec
+from realtime_engine.codec.causal import CausalDac, conv_transpose_2s
+from realtime_engine.codec.dac import DecoderBlock
+from realtime_engine.codec.fused import snake
+from realtime_engine.codec.fused_upsample import (
+    MAX_FUSED_IN_CHANNELS,
+    UpsampleWeights,
+    fused_upsample,
+)
+
+
+def step_inputs(
+    block: DecoderBlock, batch: int, n: int, head: int, dtype: torch.dtype, device: torch.device
+) -> tuple[torch.Tensor, ...]:
+    """A step's new input, the cached partial sums, the output's start mask."""
+    conv = block.conv_t1
+    g = torch.Generator(device).manual_seed(0)
+    x = torch.randn(batch, conv.in_channels, n, generator=g, device=device).to(dtype)
+    partial = torch.randn(batch, conv.out_channels, conv.stride[0], generator=g, device=device)
+    keep = (torch.rand(batch, head, generator=g, device=device) > 0.5).to(dtype)
+    return x, partial.to(dtype), keep
+
+
+def layers_step(block: DecoderBlock) -> Callable[..., torch.Tensor]:
+    """The output and the new partial sums, concatenated (one tensor to compare)."""
+    conv = block.conv_t1
+    stride = conv.stride[0]
+    bias = conv.bias
+    assert bias is not None, "the codec's transposed convolutions have biases"
+
+    def step(x: torch.Tensor, partial: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        n, head = x.shape[-1], keep.shape[-1]
+        y = conv_transpose_2s(snake(x, block.snake1.alpha), conv.weight, stride)
+        y[..., :stride] += partial
+        out = y[..., : n * stride] + bias[:, None]
+        out = torch.cat([out[..., :head] * keep[:, None], out[..., head:]], -1)
+        return torch.cat([out, y[..., n * stride :]], -1)
+
+    return step
+
+
+def fused_step(
+    weights: UpsampleWeights, tile: int, out_block: int, warps: int
+) -> Callable[..., torch.Tensor]:
+    def step(x: torch.Tensor, partial: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        y, carry = fused_upsample(
+            weights, x, partial, keep, tile=tile or None, out_block=out_block, warps=warps
+        )
+        return torch.cat([y, carry], -1)
+
+    return step
+
+
+def fused_blocks(net: CausalDac) -> list[tuple[str, DecoderBlock, int, int]]:
+    """(name, block, new inputs a frame, masked head) of every block the codec fuses."""
+    dac, mask = net.dac, net.step_mask(1, torch.device("cpu"))
+    rate, layer, found = 1, 1, []
+    for b, module in enumerate(dac.block):
+        block: DecoderBlock = module  # type: ignore[assignment]
+        lo, hi = mask.bounds[layer]
+        if block.conv_t1.in_channels <= MAX_FUSED_IN_CHANNELS:
+            found.append((f"block{b}", block, rate, hi - lo))
+        rate *= block.conv_t1.stride[0]
+        layer += 4  # the transposed convolution's output and three units'
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--precision", default="tf32")
+    ap.add_argument("--tiles", default="0,16,32,64,128")
+    ap.add_argument("--out-blocks", default="32,64,128")
+    ap.add_argument("--warps", default="4,8")
+    ap.add_argument("--iters", type=int, default=200)
+    ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = ap.parse_args(argv)
+    # every block and launch is a closure of the same code: a graph each
+    torch._dynamo.config.cache_size_limit = 1024
+    torch._dynamo.config.accumulated_cache_size_limit = 1024
+    if args.tiny:
+        os.environ["TRITON_INTERPRET"] = "1"
+    codec = random_codec(args.precision, args.tiny)
+    device, cuda = codec.device, codec.device.type == "cuda"
+    dtype = codec.fc2.weight.dtype
+    tiles = [int(t) for t in args.tiles.split(",")]
+    out_blocks = [int(b) for b in args.out_blocks.split(",")]
+    warps = [int(w) for w in args.warps.split(",")]
+    net = CausalDac(codec.acoustic_decoder)
+    rows: list[dict[str, Any]] = []
+    with torch.inference_mode(), codec.compute_context():
+        for name, block, n, head in fused_blocks(net):
+            inputs = step_inputs(block, args.batch, n, head, dtype, device)
+            layers = layers_step(block)
+            if cuda:
+                layers = torch.compile(layers)
+            us, want = timed(layers, inputs, args.iters, cuda)
+            conv = block.conv_t1
+            base = {"block": name, "in": conv.in_channels, "out": conv.out_channels, "inputs": n}
+            rows.append({**base, "variant": "layers", "us": round(us, 2)})
+            weights = UpsampleWeights.of(block)
+            for tile, out_block, w in itertools.product(tiles, out_blocks, warps):
+                if out_block > weights.out_padded:
+                    continue
+                us, got = timed(fused_step(weights, tile, out_block, w), inputs, args.iters, cuda)
+                peak = want.double().abs().max().clamp_min(1e-12)
+                error = float((got.double() - want.double()).abs().max() / peak)
+                launch = {"tile": tile, "out_block": out_block, "warps": w}
+                rows.append({**base, "variant": "fused", **launch, "us": round(us, 2)})
+                rows[-1]["error"] = error
+            print(json.dumps([r for r in rows if r["block"] == name]), flush=True)
+    report = {"batch": args.batch, "precision": args.precision, "rows": rows}
+    report["summary"] = summary(rows)
+    print(json.dumps(report["summary"], indent=1))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "fused_upsample_bench.json").write_text(json.dumps(report, indent=1))
+    return 0
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The best launch per block, the sum over the blocks, the saving."""
+    layers = sum(r["us"] for r in rows if r["variant"] == "layers")
+    best: dict[str, tuple[float, str]] = {}
+    for r in rows:
+        if r["variant"] != "fused":
+            continue
+        key = f"tile{r['tile']}:out{r['out_block']}x{r['warps']}"
+        if r["block"] not in best or r["us"] < best[r["block"]][0]:
+            best[r["block"]] = (r["us"], key)
+    fused_best = sum(us for us, _ in best.values())
+    return {
+        "layers_us": round(layers, 2),
+        "best_launch_by_block": best,
+        "fused_best_us": round(fused_best, 2),
+        "saving_us": round(layers - fused_best, 2),
+        "worst_error": max((r["error"] for r in rows if r["variant"] == "fused"), default=0.0),
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())

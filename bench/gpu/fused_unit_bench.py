@@ -29,16 +29,21 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from bench.gpu.random_codec import random_codec
+from bench.gpu.kernel_timing import (
+    add_common_args,
+    bench_codec,
+    compiled_on_cuda,
+    peak_error,
+    timed,
+    write_report,
+)
 from realtime_engine.codec.causal import CausalDac
 from realtime_engine.codec.dac import DecoderBlock, ResidualUnit
 from realtime_engine.codec.fused import snake
@@ -110,36 +115,6 @@ def fused_step(
     return step
 
 
-def timed(
-    step: Callable[..., torch.Tensor], inputs: tuple[torch.Tensor, ...], iters: int, cuda: bool
-) -> tuple[float, torch.Tensor]:
-    """Microseconds a replay of ``step(*inputs)`` captured as a CUDA graph, and its
-    output."""
-
-    def call() -> torch.Tensor:
-        return step(*inputs)
-
-    if not cuda:
-        return float("nan"), call()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            call()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = call()
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return 1000 * start.elapsed_time(end) / iters, out
-
-
 def fused_units(net: CausalDac) -> list[tuple[str, ResidualUnit, int, int]]:
     """(name, unit, new samples a frame, masked head) of every unit the codec fuses."""
     dac, mask = net.dac, net.step_mask(1, torch.device("cpu"))
@@ -158,20 +133,11 @@ def fused_units(net: CausalDac) -> list[tuple[str, ResidualUnit, int, int]]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--precision", default="tf32")
+    add_common_args(ap)
     ap.add_argument("--tiles", default="32,64,128")
     ap.add_argument("--warps", default="4,8")
-    ap.add_argument("--iters", type=int, default=200)
-    ap.add_argument("--tiny", action="store_true")
-    ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args(argv)
-    # every unit and launch is a closure of the same code: a graph each
-    torch._dynamo.config.cache_size_limit = 1024
-    torch._dynamo.config.accumulated_cache_size_limit = 1024
-    if args.tiny:
-        os.environ["TRITON_INTERPRET"] = "1"
-    codec = random_codec(args.precision, args.tiny)
+    codec = bench_codec(args)
     device, cuda = codec.device, codec.device.type == "cuda"
     dtype = codec.fc2.weight.dtype
     tiles = [int(t) for t in args.tiles.split(",")]
@@ -181,30 +147,21 @@ def main(argv: list[str] | None = None) -> int:
     with torch.inference_mode(), codec.compute_context():
         for name, unit, n, head in fused_units(net):
             inputs = unit_inputs(unit, args.batch, n, head, dtype, device)
-            layers = layers_step(unit)
-            if cuda:
-                layers = torch.compile(layers)
-            us, want = timed(layers, inputs, args.iters, cuda)
+            us, want = timed(compiled_on_cuda(layers_step(unit), cuda), inputs, args.iters, cuda)
             base = {"unit": name, "channels": unit.conv1.in_channels, "samples": n}
             rows.append({**base, "variant": "layers", "us": round(us, 2)})
             weights = UnitWeights.of(unit)
-            activation = first_activation(unit)
-            if cuda:
-                activation = torch.compile(activation)
+            activation = compiled_on_cuda(first_activation(unit), cuda)
             for activate, tile, w in itertools.product((False, True), tiles, warps):
                 step = fused_step(activation, weights, activate, tile, w)
                 us, got = timed(step, inputs, args.iters, cuda)
-                peak = want.double().abs().max().clamp_min(1e-12)
-                error = float((got.double() - want.double()).abs().max() / peak)
                 row = {**base, "variant": "fused", "activate": activate, "tile": tile}
-                rows.append({**row, "warps": w, "us": round(us, 2), "error": error})
+                rows.append({**row, "warps": w, "us": round(us, 2)})
+                rows[-1]["error"] = peak_error(got, want)
             print(json.dumps([r for r in rows if r["unit"] == name]), flush=True)
     report = {"batch": args.batch, "precision": args.precision, "rows": rows}
     report["summary"] = summary(rows)
-    print(json.dumps(report["summary"], indent=1))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "fused_unit_bench.json").write_text(json.dumps(report, indent=1))
+    write_report(args, "fused_unit_bench.json", report)
     return 0
 
 

@@ -30,16 +30,20 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from bench.gpu.fused_unit_bench import timed
-from bench.gpu.random_codec import random_codec
+from bench.gpu.kernel_timing import (
+    add_common_args,
+    bench_codec,
+    compiled_on_cuda,
+    peak_error,
+    timed,
+    write_report,
+)
 from realtime_engine.codec.causal import CausalDac, conv_transpose_2s
 from realtime_engine.codec.dac import DecoderBlock
 from realtime_engine.codec.fused import snake
@@ -108,21 +112,12 @@ def fused_blocks(net: CausalDac) -> list[tuple[str, DecoderBlock, int, int]]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--precision", default="tf32")
+    add_common_args(ap)
     ap.add_argument("--tiles", default="0,16,32,64,128")
     ap.add_argument("--out-blocks", default="32,64,128")
     ap.add_argument("--warps", default="4,8")
-    ap.add_argument("--iters", type=int, default=200)
-    ap.add_argument("--tiny", action="store_true")
-    ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args(argv)
-    # every block and launch is a closure of the same code: a graph each
-    torch._dynamo.config.cache_size_limit = 1024
-    torch._dynamo.config.accumulated_cache_size_limit = 1024
-    if args.tiny:
-        os.environ["TRITON_INTERPRET"] = "1"
-    codec = random_codec(args.precision, args.tiny)
+    codec = bench_codec(args)
     device, cuda = codec.device, codec.device.type == "cuda"
     dtype = codec.fc2.weight.dtype
     tiles = [int(t) for t in args.tiles.split(",")]
@@ -133,10 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     with torch.inference_mode(), codec.compute_context():
         for name, block, n, head in fused_blocks(net):
             inputs = step_inputs(block, args.batch, n, head, dtype, device)
-            layers = layers_step(block)
-            if cuda:
-                layers = torch.compile(layers)
-            us, want = timed(layers, inputs, args.iters, cuda)
+            us, want = timed(compiled_on_cuda(layers_step(block), cuda), inputs, args.iters, cuda)
             conv = block.conv_t1
             base = {"block": name, "in": conv.in_channels, "out": conv.out_channels, "inputs": n}
             rows.append({**base, "variant": "layers", "us": round(us, 2)})
@@ -145,18 +137,13 @@ def main(argv: list[str] | None = None) -> int:
                 if out_block > weights.out_padded:
                     continue
                 us, got = timed(fused_step(weights, tile, out_block, w), inputs, args.iters, cuda)
-                peak = want.double().abs().max().clamp_min(1e-12)
-                error = float((got.double() - want.double()).abs().max() / peak)
                 launch = {"tile": tile, "out_block": out_block, "warps": w}
                 rows.append({**base, "variant": "fused", **launch, "us": round(us, 2)})
-                rows[-1]["error"] = error
+                rows[-1]["error"] = peak_error(got, want)
             print(json.dumps([r for r in rows if r["block"] == name]), flush=True)
     report = {"batch": args.batch, "precision": args.precision, "rows": rows}
     report["summary"] = summary(rows)
-    print(json.dumps(report["summary"], indent=1))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "fused_upsample_bench.json").write_text(json.dumps(report, indent=1))
+    write_report(args, "fused_upsample_bench.json", report)
     return 0
 
 

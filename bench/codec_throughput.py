@@ -37,8 +37,8 @@ compiles with Inductor's ``max-autotune-no-cudagraphs``. ``+units`` runs the
 residual units of up to 128 channels as one Triton kernel each
 (``CausalDac(fused_units=True)``, an experimental serving option), ``+unitsact``
 with their first activation in the kernel too (``fused_units="activation"``),
-``+unitsup`` so and each narrow block's upsampling as one kernel too
-(``fused_units="upsample"``).
+``+narrow`` so and each narrow block's upsampling and the output layer as
+one kernel too (``fused_units="narrow"``).
 """
 
 from __future__ import annotations
@@ -141,12 +141,12 @@ def variant_of(name: str) -> Variant:
             options["fused_units"] = True
         elif suffix == "unitsact":
             options["fused_units"] = "activation"
-        elif suffix == "unitsup":
-            options["fused_units"] = "upsample"
+        elif suffix == "narrow":
+            options["fused_units"] = "narrow"
         else:
             raise ValueError(
                 f"unknown suffix {suffix!r} in {name!r}"
-                " (+nhwc, +gemm, +gemmN, +conv, +autotune, +units, +unitsact, +unitsup)"
+                " (+nhwc, +gemm, +gemmN, +conv, +autotune, +units, +unitsact, +narrow)"
             )
     return Variant(kernels, **options)
 

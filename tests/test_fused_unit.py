@@ -182,7 +182,7 @@ def streamed(core: StreamingCodec, codes: torch.Tensor, groups: list[int]) -> to
 @given(
     groups=st.lists(st.integers(1, 8), min_size=2, max_size=6),
     seed=st.integers(0, 2**16),
-    mode=st.sampled_from([True, "activation", "upsample"]),
+    mode=st.sampled_from([True, "activation", "narrow"]),
 )
 def test_a_codec_with_fused_units_streams_the_whole_decode(
     codec: CodecDecoder, groups: list[int], seed: int, mode: FusedUnits
@@ -194,12 +194,13 @@ def test_a_codec_with_fused_units_streams_the_whole_decode(
     got = streamed(core, codes, groups)
     assert len(core.layers._unit_weights) == 12  # three units in each of four blocks
     # (every block's upsampling: 32 to 160 input channels)
-    assert len(core.layers._upsample_weights) == (5 if mode == "upsample" else 0)
+    assert len(core.layers._upsample_weights) == (5 if mode == "narrow" else 0)
+    assert (core.layers._output_weights is not None) == (mode == "narrow")
     assert stepped_past_the_delay(core, frames) >= 10 * HOP
     assert rel(got, whole(codec, codes)) < FP32_ROUNDING
 
 
-@pytest.mark.parametrize("mode", [True, "activation", "upsample"])
+@pytest.mark.parametrize("mode", [True, "activation", "narrow"])
 def test_slots_at_different_points_of_their_utterances_are_masked_apart(
     codec: CodecDecoder, mode: FusedUnits
 ) -> None:

@@ -3,7 +3,7 @@ convolution, partial sums, bias and start mask), run here through Triton's CPU
 interpreter: it equals the layers computed in PyTorch for any widths, stride,
 length, output blocking and start mask, and the reference is the module's own
 transposed convolution. The codec streaming with it is tested with the fused
-units (tests/test_fused_unit.py, mode ``"upsample"``)."""
+units (tests/test_fused_unit.py, mode ``"narrow"``)."""
 
 from __future__ import annotations
 
@@ -141,7 +141,7 @@ def test_only_the_upsample_mode_on_a_kernel_device_fuses_blocks_up_to_the_width(
     fits, too_wide = (cast(DecoderBlock, b) for b in list(dac.block)[:2])  # 32 and 512 in
     assert fits.conv_t1.in_channels <= MAX_FUSED_IN_CHANNELS < too_wide.conv_t1.in_channels
     x = torch.zeros(1, 32, 1)
-    net = CausalDac(dac, fused_units="upsample")
+    net = CausalDac(dac, fused_units="narrow")
     assert net.upsample_weights(fits, x) is not None
     assert net.upsample_weights(too_wide, torch.zeros(1, 512, 1)) is None
     for mode in (False, True, "activation"):

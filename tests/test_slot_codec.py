@@ -496,13 +496,14 @@ def test_the_compiled_step_autotuned_traces_once_and_is_exact(codec: CodecDecode
     assert traced == 1
 
 
-@pytest.mark.parametrize("mode", [True, "activation", "upsample"])
+@pytest.mark.parametrize("mode", [True, "activation", "narrow"])
 def test_the_compiled_step_with_fused_units_traces_once_and_is_exact(
     codec: CodecDecoder, monkeypatch: pytest.MonkeyPatch, mode: FusedUnits
 ) -> None:
     """``fused_units`` (every residual unit of the tiny codec as one Triton kernel,
-    run here by Triton's interpreter) through torch.compile: the kernel is an opaque
-    operator in one graph for every batch size, and the audio is the whole decode's."""
+    and with ``"narrow"`` every block's upsampling and the output layer too, run here
+    by Triton's interpreter) through torch.compile: the kernels are opaque operators
+    in one graph for every batch size, and the audio is the whole decode's."""
     pytest.importorskip("triton", reason="the kernel is Triton's (a vLLM dependency)")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     h = Harness(codec, kernels="compiled", fused_units=mode)
@@ -512,7 +513,8 @@ def test_the_compiled_step_with_fused_units_traces_once_and_is_exact(
     assert traced == 1
     layers = h.codec.device_codec.stream_codec.layers
     assert len(layers._unit_weights) == 15
-    assert len(layers._upsample_weights) == (5 if mode == "upsample" else 0)
+    assert len(layers._upsample_weights) == (5 if mode == "narrow" else 0)
+    assert (layers._output_weights is not None) == (mode == "narrow")
 
 
 def test_only_the_compile_modes_that_leave_the_graphs_to_the_codec_are_taken(

@@ -180,7 +180,7 @@ def test_the_fused_units_are_off_unless_the_codec_options_say_true() -> None:
     assert fused_units_option({}) is False
     assert fused_units_option({"fused_units": True}) is True
     assert fused_units_option({"fused_units": "activation"}) == "activation"
-    assert fused_units_option({"fused_units": "upsample"}) == "upsample"
+    assert fused_units_option({"fused_units": "narrow"}) == "narrow"
     for bad in (1, 0, "true", None, "all"):
         with pytest.raises(ValueError, match="fused_units"):
             fused_units_option({"fused_units": bad})

@@ -39,12 +39,12 @@ from realtime_engine.codec.fused_unit import FusedUnits
 from realtime_engine.format import CODEC_COMPILE_MODES, CODEC_KERNELS, DEFAULT_CODEC_COMPILE_MODE
 from realtime_engine.talker.codec_slots import CodecSlots
 
-# --fused-units: absent, bare, "activation" or "upsample"
+# --fused-units: absent, bare, "activation" or "narrow"
 FUSED_UNITS_BY_FLAG: dict[str | None, FusedUnits] = {
     None: False,
     "branch": True,
     "activation": "activation",
-    "upsample": "upsample",
+    "narrow": "narrow",
 }
 
 
@@ -67,9 +67,9 @@ def main(argv: list[str] | None = None) -> int:
         "--fused-units",
         nargs="?",
         const="branch",
-        choices=["branch", "activation", "upsample"],
+        choices=["branch", "activation", "narrow"],
         help="narrow residual units as one kernel each (activation: their first one too;"
-        " upsample: so, and each narrow block's upsampling as one kernel)",
+        " narrow: so, and each narrow block's upsampling and the output layer as one kernel)",
     )
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))

@@ -33,6 +33,11 @@ from torch import nn
 
 from realtime_engine.codec.dac import DacDecoder, DecoderBlock, ResidualUnit, Snake1d
 from realtime_engine.codec.fused import fused_snake
+from realtime_engine.codec.fused_output import (
+    MAX_FUSED_OUTPUT_CHANNELS,
+    OutputWeights,
+    fused_output,
+)
 from realtime_engine.codec.fused_unit import (
     FUSED_UNITS_VALUES,
     MAX_FUSED_CHANNELS,
@@ -126,11 +131,12 @@ class CausalDac:
     :data:`~realtime_engine.codec.fused_unit.MAX_FUSED_CHANNELS` channels as one
     Triton kernel (:func:`~realtime_engine.codec.fused_unit.fused_residual`; CUDA,
     or Triton's interpreter), after the unit's first activation (True) or taking
-    it too (``"activation"``); ``"upsample"``: as ``"activation"``, and each
+    it too (``"activation"``); ``"narrow"``: as ``"activation"``, and each
     block of up to :data:`~realtime_engine.codec.fused_upsample.MAX_FUSED_IN_CHANNELS`
     input channels starts with its activation and transposed convolution as one
-    kernel (:func:`~realtime_engine.codec.fused_upsample.fused_upsample`); an
-    experiment until measured, off by default."""
+    kernel (:func:`~realtime_engine.codec.fused_upsample.fused_upsample`), and
+    the output layer is one too (:func:`~realtime_engine.codec.fused_output.fused_output`);
+    an experiment until measured, off by default."""
 
     def __init__(
         self,
@@ -154,6 +160,7 @@ class CausalDac:
         # each fused residual unit's and block's weights in its kernel's layout, by module
         self._unit_weights: dict[int, UnitWeights] = {}
         self._upsample_weights: dict[int, UpsampleWeights] = {}
+        self._output_weights: OutputWeights | None = None
         # per (module, side): a convolution's (side 0) or a folded unit's conv1 and
         # conv2 (sides 1, 2) channels-last weight; modules live as long as this view
         self._nhwc: dict[tuple[int, int], torch.Tensor] = {}
@@ -263,20 +270,34 @@ class CausalDac:
     @property
     def units_take_activation(self) -> bool:
         """Whether a fused unit's kernel takes its first activation too."""
-        return self.fused_units in ("activation", "upsample")
+        return self.fused_units in ("activation", "narrow")
 
     def upsample_weights(self, block: DecoderBlock, x: torch.Tensor) -> UpsampleWeights | None:
         """The block's activation and transposed convolution for
         :func:`fused_upsample`, or None where they run layer by layer: not
-        :attr:`fused_units` ``"upsample"``, over ``MAX_FUSED_IN_CHANNELS`` input
+        :attr:`fused_units` ``"narrow"``, over ``MAX_FUSED_IN_CHANNELS`` input
         channels, or as :meth:`unit_weights`. Made on the first (eager) step."""
-        if self.fused_units != "upsample" or block.conv_t1.in_channels > MAX_FUSED_IN_CHANNELS:
+        if self.fused_units != "narrow" or block.conv_t1.in_channels > MAX_FUSED_IN_CHANNELS:
             return None
         if not _kernels_run_on(x):
             return None
         cached = self._upsample_weights.get(id(block))
         if cached is None or not cached.matches(block):
             cached = self._upsample_weights[id(block)] = UpsampleWeights.of(block)
+        return cached
+
+    def output_weights(self, x: torch.Tensor) -> OutputWeights | None:
+        """The output layer's activation and convolution for :func:`fused_output`,
+        or None where they run layer by layer (as :meth:`upsample_weights`, over
+        ``MAX_FUSED_OUTPUT_CHANNELS``)."""
+        conv = self.dac.conv2
+        if self.fused_units != "narrow" or conv.in_channels > MAX_FUSED_OUTPUT_CHANNELS:
+            return None
+        if not _kernels_run_on(x):
+            return None
+        cached = self._output_weights
+        if cached is None or not cached.matches(conv):
+            cached = self._output_weights = OutputWeights.of(self.dac.snake1, conv)
         return cached
 
     def _may_fold(self, unit: ResidualUnit) -> bool:
@@ -456,7 +477,7 @@ class _Pass:
             x = self._upsample(block, x)
             for unit in _units(block):
                 x = self._residual(unit, x)
-        x = self._conv(dac.conv2, self.net.activation(dac.snake1, x))
+        x = self._output(x)
         return x[:, 0].to(self.old[0].dtype), self.new
 
     def _mask(self, x: torch.Tensor) -> torch.Tensor:
@@ -480,6 +501,32 @@ class _Pass:
 
     def _conv(self, conv: nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
         return self._mask(self._conv_unmasked(conv, x))
+
+    def _output(self, x: torch.Tensor) -> torch.Tensor:
+        """The output activation and convolution: ``[B, 1, n]``."""
+        dac = self.net.dac
+        if self.step_mask is not None:  # a step with new samples
+            weights = self.net.output_weights(x)
+            if weights is not None:
+                return self._fused_output(weights, x)
+        return self._conv(dac.conv2, self.net.activation(dac.snake1, x))
+
+    def _fused_output(self, weights: OutputWeights, x: torch.Tensor) -> torch.Tensor:
+        """:meth:`_output` of a step as one kernel, its start mask included; the
+        state (the activation's last samples), timing and layer count advance
+        as :meth:`_conv`'s."""
+        assert self.step_mask is not None and self.step_keep is not None
+        dac = self.net.dac
+        cache = self._cached()
+        history, n = cache.shape[-1], x.shape[-1]
+        # the kernel activates x itself: only the new history's share here
+        recent = self.net.activation(dac.snake1, x[..., max(0, n - history) :])
+        self.new.append(torch.cat([cache, recent.to(cache.dtype)], dim=-1)[..., -history:])
+        self.delay += _conv_delay(dac.conv2)
+        lo, hi = self.step_mask.bounds[self.layer]
+        assert hi - lo == min(n, self.delay), "fixed by the frame count"
+        self.layer += 1
+        return fused_output(weights, cache, x, self.step_keep[:, lo:hi])[:, None]
 
     def _upsample(self, block: DecoderBlock, x: torch.Tensor) -> torch.Tensor:
         """The block's activation and transposed convolution."""

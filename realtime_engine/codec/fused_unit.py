@@ -49,10 +49,11 @@ MIN_DOT = 16  # tensor-core products need every side at least this long
 _TILE_ELEMENTS = 8192  # padded channels x samples of one program's tile
 
 # How a codec fuses its narrow layers: not at all, each residual unit after its
-# first activation (True), with it ("activation"), or so and each block's
-# upsampling too ("upsample", realtime_engine.codec.fused_upsample).
-FusedUnits = bool | Literal["activation", "upsample"]
-FUSED_UNITS_VALUES: tuple[FusedUnits, ...] = (False, True, "activation", "upsample")
+# first activation (True), with it ("activation"), or so and each narrow
+# block's upsampling and the output layer too ("narrow": every narrow layer of
+# a step; realtime_engine.codec.fused_upsample and fused_output).
+FusedUnits = bool | Literal["activation", "narrow"]
+FUSED_UNITS_VALUES: tuple[FusedUnits, ...] = (False, True, "activation", "narrow")
 
 
 def interpreting() -> bool:

@@ -326,17 +326,18 @@ def fused_units_option(codec_options: dict[str, Any]) -> FusedUnits:
     """``additional_config["higgs_codec"]["fused_units"]``: the codec's residual units
     of up to 128 channels as one Triton kernel each
     (:func:`~realtime_engine.codec.fused_unit.fused_residual`), after their first
-    activation (true) or taking it too (``"activation"``); ``"upsample"``: so, and
+    activation (true) or taking it too (``"activation"``); ``"narrow"``: so, and
     each block of up to 256 input channels starts with its activation and
-    transposed convolution as one kernel too
-    (:func:`~realtime_engine.codec.fused_upsample.fused_upsample`); an experiment,
-    off when unset."""
+    transposed convolution as one kernel
+    (:func:`~realtime_engine.codec.fused_upsample.fused_upsample`), and the output
+    layer is one too (:func:`~realtime_engine.codec.fused_output.fused_output`);
+    an experiment, off when unset."""
     value = codec_options.get("fused_units", False)
     for allowed in FUSED_UNITS_VALUES:  # (1 == True: compare types too)
         if type(value) is type(allowed) and value == allowed:
             return allowed
     raise ValueError(
-        f'higgs_codec["fused_units"] must be true, false, "activation" or "upsample"; got {value!r}'
+        f'higgs_codec["fused_units"] must be true, false, "activation" or "narrow"; got {value!r}'
     )
 
 

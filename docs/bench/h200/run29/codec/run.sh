@@ -4,8 +4,8 @@
 # launch, with the first activation outside the kernel and inside it (bench.gpu.fused_unit_bench),
 # TF32 and float16; then each narrow block's upsampling alone, layers against the fused kernel
 # (bench.gpu.fused_upsample_bench), TF32 and float16; one archive $OUT/units.tar.gz (~6 min).
-# PART=codec: the whole codec step, with and without the units and upsampling fused
-# (fused_units "upsample"), TF32 and float16, at
+# PART=codec: the whole codec step, with and without every narrow layer fused (fused_units
+# "narrow": the units, the narrow blocks' upsampling, the output layer), TF32 and float16, at
 # 2-256 slots, then the float16 step at 256 profiled with the units fused; one archive
 # $OUT/codec.tar.gz (bench/gpu/codec_variants.sh; ~8 min from a cold compile cache). Where
 # PART=units found the units alone better (or the unit kernel faster without the activation),
@@ -31,8 +31,8 @@ case ${PART:-units} in
     ;;
   codec)
     NAME=codec LIMIT=${LIMIT:-200} BATCHES=${BATCHES:-2,64,128,256} NO_PROFILE=${NO_PROFILE:-} \
-      PROFILE_ARGS=${PROFILE_ARGS:---fused-units upsample} \
-      VARIANTS=${VARIANTS:-"tf32:compiled tf32:compiled+unitsup fp16:compiled fp16:compiled+unitsup"} \
+      PROFILE_ARGS=${PROFILE_ARGS:---fused-units narrow} \
+      VARIANTS=${VARIANTS:-"tf32:compiled tf32:compiled+narrow fp16:compiled fp16:compiled+narrow"} \
       bash bench/gpu/codec_variants.sh
     ;;
   *) echo "unknown PART ${PART} (units, codec)" >&2; exit 2 ;;

@@ -129,7 +129,8 @@ class CodecSlots:
         builds the compiled step (:data:`CODEC_COMPILE_MODES`). ``frame_counts``: the
         frames a slot may take in one :meth:`step` (each count a step of its own,
         captured per bucket; 1 is always one of them). ``fused_units``: the narrow
-        residual units as one Triton kernel each (CausalDac's; an experiment, off)."""
+        residual units as one Triton kernel each, and with ``"narrow"`` every narrow
+        layer (CausalDac's; an experiment, off)."""
         if stream_priority not in CODEC_STREAM_PRIORITIES:
             raise ValueError(
                 f"codec stream priority must be one of {CODEC_STREAM_PRIORITIES};"

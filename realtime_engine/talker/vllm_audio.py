@@ -211,7 +211,8 @@ class VllmAudio:
         compiled codec step (:class:`~realtime_engine.talker.codec_slots.CodecSlots`).
         ``frames_per_call``: the most frames a slot steps in one codec call
         (:class:`~realtime_engine.talker.slot_codec.SlotCodec`). ``fused_units``:
-        the codec's narrow residual units as one kernel each (an experiment, off)."""
+        the codec's narrow residual units, or (``"narrow"``) all its narrow layers, as
+        one kernel each (an experiment, off)."""
         self._step_event = step_event
         self.codec = SlotCodec(
             codec,

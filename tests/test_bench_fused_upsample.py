@@ -22,11 +22,17 @@ def test_every_fused_launch_matches_the_layers_and_the_summary_adds_them(
     report = json.loads((tmp_path / "fused_upsample_bench.json").read_text())
     rows = report["rows"]
     blocks = {r["block"] for r in rows}
-    assert blocks == {f"block{b}" for b in range(5)}  # the tiny codec's are all narrow
-    assert [r["inputs"] for r in rows if r["variant"] == "layers"] == [1, 8, 40, 160, 320]
+    # the tiny codec's blocks are all narrow, and so is its output layer
+    assert blocks == {f"block{b}" for b in range(5)} | {"output"}
+    assert [r["inputs"] for r in rows if r["variant"] == "layers"] == [1, 8, 40, 160, 320, 960]
     fused = [r for r in rows if r["variant"] == "fused"]
     # out blocks of 32 exceed the tiny blocks' 16 padded output channels: skipped
-    assert {(r["tile"], r["out_block"]) for r in fused} == {(0, 16), (16, 16)}
+    launches = {(r["tile"], r["out_block"]) for r in fused if r["block"] != "output"}
+    assert launches == {(0, 16), (16, 16)}
+    assert {(r["tile"], r["out_block"]) for r in fused if r["block"] == "output"} == {
+        (0, 0),
+        (16, 0),
+    }
     assert len(fused) == 2 * len(blocks)
     assert report["summary"]["worst_error"] < 1e-5
     assert set(report["summary"]["best_launch_by_block"]) == blocks

@@ -1,4 +1,5 @@
-"""The fused upsampling against the block's layers, one block at a time.
+"""The fused upsampling against the block's layers, one block at a time, and the
+fused output layer against its layers.
 
 For every decoder block the codec would fuse (up to 256 input channels: the
 real codec's last three), at the inputs one frame brings it and ``--batch``
@@ -13,6 +14,11 @@ CUDA graph, graph replays back to back:
   for every launch in ``--tiles`` x ``--out-blocks`` x ``--warps`` (a tile
   of 0: the kernel's own choice; out blocks wider than a block's padded output
   channels are skipped).
+
+Then the same for the output layer (Snake, the 7-tap convolution to the audio
+and the mask, at the samples one frame brings it; row ``output``):
+:func:`~realtime_engine.codec.fused_output.fused_output` for every tile and
+warp count (its rows' ``out_block`` is 0: one output channel).
 
 It reports microseconds a call, each launch's error against ``layers``
 (relative to the peak, output and partial sums), the best launch per block
@@ -30,11 +36,13 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
+import torch.nn.functional as F
 
 from bench.gpu.kernel_timing import (
     add_common_args,
@@ -47,6 +55,11 @@ from bench.gpu.kernel_timing import (
 from realtime_engine.codec.causal import CausalDac, conv_transpose_2s
 from realtime_engine.codec.dac import DecoderBlock
 from realtime_engine.codec.fused import snake
+from realtime_engine.codec.fused_output import (
+    MAX_FUSED_OUTPUT_CHANNELS,
+    OutputWeights,
+    fused_output,
+)
 from realtime_engine.codec.fused_upsample import (
     MAX_FUSED_IN_CHANNELS,
     UpsampleWeights,
@@ -96,6 +109,63 @@ def fused_step(
     return step
 
 
+def samples_per_frame(net: CausalDac) -> int:
+    strides: list[int] = [cast(DecoderBlock, b).conv_t1.stride[0] for b in net.dac.block]
+    return math.prod(strides)
+
+
+def output_inputs(
+    net: CausalDac, batch: int, dtype: torch.dtype, device: torch.device
+) -> tuple[torch.Tensor, ...]:
+    """The output layer's activation history, a frame's new samples, the mask."""
+    channels, mask = net.dac.conv2.in_channels, net.step_mask(1, torch.device("cpu"))
+    lo, hi = mask.bounds[-1]
+    g = torch.Generator(device).manual_seed(0)
+    history = torch.randn(batch, channels, 6, generator=g, device=device).to(dtype)
+    x = torch.randn(batch, channels, samples_per_frame(net), generator=g, device=device).to(dtype)
+    keep = (torch.rand(batch, hi - lo, generator=g, device=device) > 0.5).to(dtype)
+    return history, x, keep
+
+
+def output_layers_step(net: CausalDac) -> Callable[..., torch.Tensor]:
+    conv, alpha = net.dac.conv2, net.dac.snake1.alpha
+
+    def step(history: torch.Tensor, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        full = torch.cat([history, snake(x, alpha)], -1)
+        y = F.conv1d(full, conv.weight, conv.bias)[:, 0]
+        head = keep.shape[-1]
+        return torch.cat([y[:, :head] * keep, y[:, head:]], -1)
+
+    return step
+
+
+def output_fused_step(weights: OutputWeights, tile: int, warps: int) -> Callable[..., torch.Tensor]:
+    def step(history: torch.Tensor, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        return fused_output(weights, history, x, keep, tile=tile or None, warps=warps)
+
+    return step
+
+
+def time_output_layer(
+    net: CausalDac, args: argparse.Namespace, tiles: list[int], warps: list[int], **on: Any
+) -> list[dict[str, Any]]:
+    """The output layer's rows: its layers, then every fused launch."""
+    cuda = on["device"].type == "cuda"
+    inputs = output_inputs(net, args.batch, on["dtype"], on["device"])
+    layers = compiled_on_cuda(output_layers_step(net), cuda)
+    us, want = timed(layers, inputs, args.iters, cuda)
+    conv = net.dac.conv2
+    base = {"block": "output", "in": conv.in_channels, "out": 1, "inputs": samples_per_frame(net)}
+    rows = [{**base, "variant": "layers", "us": round(us, 2)}]
+    weights = OutputWeights.of(net.dac.snake1, conv)
+    for tile, w in itertools.product(tiles, warps):
+        us, got = timed(output_fused_step(weights, tile, w), inputs, args.iters, cuda)
+        launch = {"tile": tile, "out_block": 0, "warps": w}
+        rows.append({**base, "variant": "fused", **launch, "us": round(us, 2)})
+        rows[-1]["error"] = peak_error(got, want)
+    return rows
+
+
 def fused_blocks(net: CausalDac) -> list[tuple[str, DecoderBlock, int, int]]:
     """(name, block, new inputs a frame, masked head) of every block the codec fuses."""
     dac, mask = net.dac, net.step_mask(1, torch.device("cpu"))
@@ -141,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append({**base, "variant": "fused", **launch, "us": round(us, 2)})
                 rows[-1]["error"] = peak_error(got, want)
             print(json.dumps([r for r in rows if r["block"] == name]), flush=True)
+        if net.dac.conv2.in_channels <= MAX_FUSED_OUTPUT_CHANNELS:
+            rows += time_output_layer(net, args, tiles, warps, device=device, dtype=dtype)
+            print(json.dumps([r for r in rows if r["block"] == "output"]), flush=True)
     report = {"batch": args.batch, "precision": args.precision, "rows": rows}
     report["summary"] = summary(rows)
     write_report(args, "fused_upsample_bench.json", report)

@@ -2,8 +2,9 @@
 # The codec's narrow residual units as one Triton kernel each (CausalDac's fused_units).
 # PART=units: each unit alone at 256 slots, layer by layer against the fused kernel for every
 # launch, with the first activation outside the kernel and inside it (bench.gpu.fused_unit_bench),
-# TF32 and float16; then each narrow block's upsampling alone, layers against the fused kernel
-# (bench.gpu.fused_upsample_bench), TF32 and float16; one archive $OUT/units.tar.gz (~6 min).
+# TF32 and float16; then each narrow block's upsampling and the output layer alone, layers
+# against the fused kernels (bench.gpu.fused_upsample_bench), TF32 and float16; one archive
+# $OUT/units.tar.gz (~6 min).
 # PART=codec: the whole codec step, with and without every narrow layer fused (fused_units
 # "narrow": the units, the narrow blocks' upsampling, the output layer), TF32 and float16, at
 # 2-256 slots, then the float16 step at 256 profiled with the units fused; one archive

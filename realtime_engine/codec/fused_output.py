@@ -32,7 +32,8 @@ from torch import nn
 from realtime_engine.codec.dac import Snake1d
 from realtime_engine.codec.fused_unit import (
     MIN_DOT,
-    interpreting,
+    built_on_first_use,
+    dot_precision,
     padded_channels,
     padded_vector,
     snake_constants,
@@ -152,8 +153,7 @@ def _output_op(
         return y
     # the kernel indexes them densely (no copy where they already are)
     history, x, keep = (t.contiguous() for t in (history, x, keep))
-    # read when the kernel launches (a captured graph keeps what its capture read)
-    precision = "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee"
+    precision = dot_precision()
     _output_kernel()[(batch, -(-n // tile))](
         history,
         x,
@@ -181,16 +181,8 @@ def _(history: torch.Tensor, x: torch.Tensor, *rest: object) -> torch.Tensor:
     return history.new_empty(x.shape[0], x.shape[2])
 
 
-_kernels: dict[bool, Any] = {}
-
-
+@built_on_first_use
 def _output_kernel() -> Any:
-    """Built on first use, once for compiled and once for interpreted kernels
-    (as :mod:`realtime_engine.codec.fused_unit`'s)."""
-    interpret = interpreting()
-    kernel = _kernels.get(interpret)
-    if kernel is not None:
-        return kernel
     import triton
     import triton.language as tl
 
@@ -245,5 +237,4 @@ def _output_kernel() -> Any:
         out = y_ptr + slot * n + t[None, :] + 0 * rows[:, None]
         tl.store(out, y.to(y_ptr.dtype.element_ty), mask=(rows == 0)[:, None] & (t < n)[None, :])
 
-    _kernels[interpret] = output_kernel
     return output_kernel

@@ -34,6 +34,7 @@ same computation in PyTorch.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -59,6 +60,27 @@ FUSED_UNITS_VALUES: tuple[FusedUnits, ...] = (False, True, "activation", "narrow
 def interpreting() -> bool:
     """Whether Triton kernels run through its CPU interpreter."""
     return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def dot_precision() -> str:
+    """The kernels' product precision: TF32 where PyTorch's matrix products may
+    use it, else full float32 (read when a kernel launches: a captured graph
+    keeps what its capture read)."""
+    return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee"
+
+
+def built_on_first_use(build: Callable[[], Any]) -> Callable[[], Any]:
+    """``build``'s kernel, built when first asked for (Triton is for the CUDA path
+    and the tests), once for compiled and once for interpreted kernels."""
+    kernels: dict[bool, Any] = {}
+
+    def kernel() -> Any:
+        interpret = interpreting()
+        if interpret not in kernels:
+            kernels[interpret] = build()
+        return kernels[interpret]
+
+    return kernel
 
 
 def padded_channels(channels: int) -> int:
@@ -251,8 +273,7 @@ def _unit_op(
         return y
     # the kernel indexes them densely (no copy where they already are)
     source, skip_cache, x, keep = (t.contiguous() for t in (source, skip_cache, x, keep))
-    # read when the kernel launches (a captured graph keeps what its capture read)
-    precision = "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee"
+    precision = dot_precision()
     _unit_kernel()[(batch, -(-n // tile))](
         source,
         skip_cache,
@@ -289,16 +310,8 @@ def _(
     return x.new_empty(x.shape)  # (the rest: the weights and the launch)
 
 
-_kernels: dict[bool, Any] = {}
-
-
+@built_on_first_use
 def _unit_kernel() -> Any:
-    """Built on first use (Triton is for the CUDA path and the tests), once for
-    compiled and once for interpreted kernels."""
-    interpret = interpreting()
-    kernel = _kernels.get(interpret)
-    if kernel is not None:
-        return kernel
     import triton
     import triton.language as tl
 
@@ -378,5 +391,4 @@ def _unit_kernel() -> Any:
         out = y_ptr + slot * CHANNELS * n + c[:, None] * n + t[None, :]
         tl.store(out, y.to(y_ptr.dtype.element_ty), mask=both)
 
-    _kernels[interpret] = unit_kernel
     return unit_kernel

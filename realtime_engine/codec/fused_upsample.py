@@ -40,7 +40,8 @@ import torch.nn.functional as F
 from realtime_engine.codec.dac import DecoderBlock
 from realtime_engine.codec.fused_unit import (
     MIN_DOT,
-    interpreting,
+    built_on_first_use,
+    dot_precision,
     padded_channels,
     padded_vector,
     snake_constants,
@@ -199,8 +200,7 @@ def _upsample_op(
         return y, carry
     # the kernel indexes them densely (no copy where they already are)
     x, partial, keep = (t.contiguous() for t in (x, partial, keep))
-    # read when the kernel launches (a captured graph keeps what its capture read)
-    precision = "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee"
+    precision = dot_precision()
     grid = (batch, -(-(n + 1) // tile), -(-out_channels // out_block))
     _upsample_kernel()[grid](
         x,
@@ -235,16 +235,8 @@ def _(x: torch.Tensor, partial: torch.Tensor, *rest: object) -> tuple[torch.Tens
     return partial.new_empty(batch, out_channels, n * stride), partial.new_empty(partial.shape)
 
 
-_kernels: dict[bool, Any] = {}
-
-
+@built_on_first_use
 def _upsample_kernel() -> Any:
-    """Built on first use, once for compiled and once for interpreted kernels
-    (as :mod:`realtime_engine.codec.fused_unit`'s)."""
-    interpret = interpreting()
-    kernel = _kernels.get(interpret)
-    if kernel is not None:
-        return kernel
     import triton
     import triton.language as tl
 
@@ -318,5 +310,4 @@ def _upsample_kernel() -> Any:
             carry = acc.to(carry_ptr.dtype.element_ty)
             tl.store(carry_ptr + state + r, carry, mask=carried)
 
-    _kernels[interpret] = upsample_kernel
     return upsample_kernel

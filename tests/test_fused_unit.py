@@ -7,6 +7,8 @@ utterances."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -24,8 +26,11 @@ from realtime_engine.codec.fused_unit import (
     residual_reference,
     tile_samples,
 )
+from realtime_engine.codec.kernel_launch import ALIGNMENT, build_launches, deferred_launches
 from realtime_engine.codec.layout import CodecDims, random_codec_state_dict
 from realtime_engine.codec.stream_core import StreamingCodec
+from realtime_engine.talker.codec_slots import CodecSlots
+from realtime_engine.talker.codec_slots import logger as codec_slots_logger
 
 pytest.importorskip("triton", reason="the kernel is Triton's (a vLLM dependency)")
 
@@ -240,3 +245,37 @@ def test_without_a_gpu_or_the_interpreter_the_units_run_layer_by_layer(
     wide = codec.acoustic_decoder.block[0].res_unit1  # 160 channels
     assert net.unit_weights(wide, torch.zeros(1, 160, 1)) is None
     assert net.unit_weights(unit, torch.zeros(1, 16, 1, dtype=torch.float64)) is None
+
+
+# -- building the kernels before the first step ---------------------------------------
+
+
+def test_a_deferred_step_runs_no_kernel_and_builds_each_once(codec: CodecDecoder) -> None:
+    """Inside ``deferred_launches`` a step records one launch per fused layer and
+    runs none, so the fused output layer's audio is zeros; the launches build
+    12 kernels: the units' two widths x three dilations, five upsamplings, one
+    output layer. The kernels get every tensor dense and 16-byte aligned, the
+    batch-1 slices of the state and the start mask too."""
+    codes = torch.randint(0, 1024, (1, 8, MIN_FRAMES + 2), generator=torch.Generator())
+    core = StreamingCodec(codec, 1, fused_units="narrow")
+    core.reset([0])
+    core.step([0], codes[:, :, :MIN_FRAMES])  # past the delay: a step's audio is not masked
+    with deferred_launches() as launches:
+        deferred = core.step([0], codes[:, :, MIN_FRAMES : MIN_FRAMES + 1])
+    assert len(launches) == 12 + 5 + 1
+    assert torch.count_nonzero(deferred) == 0
+    tensors = [a for launch in launches for a in launch.args if isinstance(a, torch.Tensor)]
+    assert all(t.is_contiguous() and t.data_ptr() % ALIGNMENT == 0 for t in tensors)
+    assert build_launches(launches) == 6 + 5 + 1
+    assert torch.count_nonzero(core.step([0], codes[:, :, MIN_FRAMES + 1 :])) > 0  # runs again
+
+
+@pytest.mark.parametrize("mode", [False, "narrow"])
+def test_slots_build_their_fused_kernels_before_warming_up(
+    codec: CodecDecoder, mode: FusedUnits, caplog: pytest.LogCaptureFixture
+) -> None:
+    slots = CodecSlots(codec, 2, fused_units=mode)
+    with caplog.at_level(logging.INFO, logger=codec_slots_logger.name):
+        slots.warm_up()
+    built = "built the codec's 12 fused kernels"
+    assert (built in caplog.text) == (mode == "narrow")

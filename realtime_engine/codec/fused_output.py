@@ -38,6 +38,7 @@ from realtime_engine.codec.fused_unit import (
     padded_vector,
     snake_constants,
 )
+from realtime_engine.codec.kernel_launch import dense_aligned, launch
 
 # The output layer is fused from up to this many input channels (the real
 # codec's 32; one program holds a tile of every channel).
@@ -151,10 +152,10 @@ def _output_op(
     y = history.new_empty(batch, n)
     if batch == 0 or n == 0:
         return y
-    # the kernel indexes them densely (no copy where they already are)
-    history, x, keep = (t.contiguous() for t in (history, x, keep))
-    precision = dot_precision()
-    _output_kernel()[(batch, -(-n // tile))](
+    history, x, keep = (dense_aligned(t) for t in (history, x, keep))
+    ran = launch(
+        _output_kernel(),
+        (batch, -(-n // tile)),
         history,
         x,
         keep,
@@ -170,10 +171,10 @@ def _output_op(
         PADDED=weight.shape[2],
         TAPS=weight.shape[0],
         TILE=tile,
-        PRECISION=precision,
+        PRECISION=dot_precision(),
         num_warps=warps,
     )
-    return y
+    return y if ran else y.zero_()
 
 
 @_output_op.register_fake

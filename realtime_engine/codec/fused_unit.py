@@ -42,6 +42,7 @@ import torch
 import torch.nn.functional as F
 
 from realtime_engine.codec.dac import ResidualUnit
+from realtime_engine.codec.kernel_launch import dense_aligned, launch
 
 # Units of up to this many channels are fused (the real codec's last three
 # blocks: 128, 64 and 32 channels, where a step's samples are).
@@ -271,10 +272,10 @@ def _unit_op(
     y = x.new_empty(x.shape)  # contiguous, as the kernel writes it
     if batch == 0 or n == 0:
         return y
-    # the kernel indexes them densely (no copy where they already are)
-    source, skip_cache, x, keep = (t.contiguous() for t in (source, skip_cache, x, keep))
-    precision = dot_precision()
-    _unit_kernel()[(batch, -(-n // tile))](
+    source, skip_cache, x, keep = (dense_aligned(t) for t in (source, skip_cache, x, keep))
+    ran = launch(
+        _unit_kernel(),
+        (batch, -(-n // tile)),
         source,
         skip_cache,
         x,
@@ -297,10 +298,10 @@ def _unit_op(
         DILATION=dilation,
         ACTIVATE=activate,
         TILE=tile,
-        PRECISION=precision,
+        PRECISION=dot_precision(),
         num_warps=warps,
     )
-    return y
+    return y if ran else y.zero_()
 
 
 @_unit_op.register_fake

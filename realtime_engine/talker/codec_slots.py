@@ -51,6 +51,7 @@ import torch
 from realtime_engine.codec.causal import GemmChannels
 from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.fused_unit import FusedUnits
+from realtime_engine.codec.kernel_launch import build_launches, deferred_launches
 from realtime_engine.codec.stream_core import StreamingCodec
 from realtime_engine.format import (
     CODEBOOK_SIZE,
@@ -231,6 +232,7 @@ class CodecSlots:
     def warm_up(self) -> None:
         """Capture the step graphs (CUDA, when wanted) or run each bucket once: called
         at the engine's start-up profiling run, so the memory is accounted for."""
+        self._build_fused_kernels()
         if self.kernels != "compiled":
             self._warm_up()
             return
@@ -246,6 +248,25 @@ class CodecSlots:
             "compiled the codec step and tail with %d compile workers in %.1f s",
             workers,
             time.perf_counter() - started,
+        )
+
+    def _build_fused_kernels(self) -> None:
+        """Build every fused Triton kernel of a step at once, on threads, before
+        the first step would build them one after another (with ``fused_units``,
+        where the kernels run; :mod:`~realtime_engine.codec.kernel_launch`)."""
+        if not self.stream_codec.layers.fused_units:
+            return
+        started = time.perf_counter()
+        with (
+            torch.inference_mode(),
+            self.stream_codec.codec.compute_context(),
+            deferred_launches() as launches,
+        ):
+            for n in self.frame_counts:  # the trash slot's state: zeros, then the warm-up's
+                self._advance(self._slot_in[:1], self._codes_in[n][:1])
+        built = build_launches(launches)
+        logger.info(
+            "built the codec's %d fused kernels in %.1f s", built, time.perf_counter() - started
         )
 
     def _warm_up(self) -> None:

@@ -14,7 +14,7 @@ pytest.importorskip("triton", reason="the kernel is Triton's (a vLLM dependency)
 
 
 def test_every_fused_launch_matches_the_layers_and_the_summary_adds_them(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     argv = ["--tiny", "--batch", "2", "--tiles", "0,16", "--out-blocks", "16,32"]
@@ -34,5 +34,10 @@ def test_every_fused_launch_matches_the_layers_and_the_summary_adds_them(
         (16, 0),
     }
     assert len(fused) == 2 * len(blocks)
+    # each block's and the output layer's launches were built together first, one
+    # build a distinct kernel: the first two blocks' default tile (1 and 8 inputs)
+    # is the explicit 16, the later ones' (40 inputs and up) a wider one
+    builds = [json.loads(line) for line in capsys.readouterr().out.splitlines() if "built_" in line]
+    assert [b["built_kernels"] for b in builds] == [1, 1, 2, 2, 2, 2]
     assert report["summary"]["worst_error"] < 1e-5
     assert set(report["summary"]["best_launch_by_block"]) == blocks

@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from bench.gpu.kernel_timing import (
     add_common_args,
     bench_codec,
+    build_first,
     compiled_on_cuda,
     peak_error,
     timed,
@@ -152,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({**base, "variant": "layers", "us": round(us, 2)})
             weights = UnitWeights.of(unit)
             activation = compiled_on_cuda(first_activation(unit), cuda)
-            for activate, tile, w in itertools.product((False, True), tiles, warps):
+            launches = list(itertools.product((False, True), tiles, warps))
+            build_first((fused_step(activation, weights, *launch) for launch in launches), inputs)
+            for activate, tile, w in launches:
                 step = fused_step(activation, weights, activate, tile, w)
                 us, got = timed(step, inputs, args.iters, cuda)
                 row = {**base, "variant": "fused", "activate": activate, "tile": tile}

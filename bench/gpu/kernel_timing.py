@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import torch
 
 from bench.gpu.random_codec import random_codec
 from realtime_engine.codec.decoder import CodecDecoder
+from realtime_engine.codec.kernel_launch import build_launches, deferred_launches
 
 
 def add_common_args(ap: argparse.ArgumentParser) -> None:
@@ -38,6 +40,21 @@ def bench_codec(args: argparse.Namespace) -> CodecDecoder:
 def compiled_on_cuda(step: Callable[..., torch.Tensor], cuda: bool) -> Callable[..., torch.Tensor]:
     """``step`` compiled as the served codec step is (on CUDA), else as it is."""
     return torch.compile(step) if cuda else step
+
+
+def build_first(
+    steps: Iterable[Callable[..., torch.Tensor]], inputs: tuple[torch.Tensor, ...]
+) -> None:
+    """Call each step once with its fused kernels' launches deferred, then build
+    every kernel they launch at once, on threads: one at a time, Triton's
+    builds of a bench's launches took minutes on the H200's host."""
+    with deferred_launches() as launches:
+        for step in steps:
+            step(*inputs)
+    started = time.perf_counter()
+    built = build_launches(launches)
+    seconds = round(time.perf_counter() - started, 1)
+    print(json.dumps({"built_kernels": built, "seconds": seconds}), flush=True)
 
 
 def timed(

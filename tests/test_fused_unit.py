@@ -26,9 +26,15 @@ from realtime_engine.codec.fused_unit import (
     residual_reference,
     tile_samples,
 )
-from realtime_engine.codec.kernel_launch import ALIGNMENT, build_launches, deferred_launches
+from realtime_engine.codec.kernel_launch import (
+    ALIGNMENT,
+    Launch,
+    build_launches,
+    deferred_launches,
+)
 from realtime_engine.codec.layout import CodecDims, random_codec_state_dict
 from realtime_engine.codec.stream_core import StreamingCodec
+from realtime_engine.talker import codec_slots
 from realtime_engine.talker.codec_slots import CodecSlots
 from realtime_engine.talker.codec_slots import logger as codec_slots_logger
 
@@ -279,3 +285,24 @@ def test_slots_build_their_fused_kernels_before_warming_up(
         slots.warm_up()
     built = "built the codec's 12 fused kernels"
     assert (built in caplog.text) == (mode == "narrow")
+
+
+def test_a_failed_build_at_once_leaves_the_kernels_to_the_first_step(
+    codec: CodecDecoder, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Building on threads is an optimisation: where it fails, the warm-up says
+    so and goes on, and the step builds its kernels itself."""
+
+    def failing_build(launches: list[Launch], workers: int | None = None) -> int:
+        raise RuntimeError("ptxas died")
+
+    monkeypatch.setattr(codec_slots, "build_launches", failing_build)
+    slots = CodecSlots(codec, 2, fused_units="narrow")
+    with caplog.at_level(logging.INFO, logger=codec_slots_logger.name):
+        slots.warm_up()
+    assert "building the codec's fused kernels at once failed: ptxas died" in caplog.text
+    assert "built the codec's" not in caplog.text
+    core = slots.stream_codec
+    codes = torch.randint(0, 1024, (1, 8, MIN_FRAMES), generator=torch.Generator())
+    core.reset([0])
+    assert torch.count_nonzero(core.step([0], codes)) > 0  # the kernels ran

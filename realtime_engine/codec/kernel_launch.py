@@ -90,7 +90,12 @@ def build_launches(launches: list[Launch], workers: int | None = None) -> int:
 
 
 def _build(launch: Launch) -> None:
-    launch.kernel.warmup(*launch.args, grid=launch.grid, **launch.constants)
+    # on the launch's device, as its thread would run it (a worker thread's
+    # current device is the first)
+    on = next((a.device for a in launch.args if isinstance(a, torch.Tensor)), None)
+    cuda = on is not None and on.type == "cuda"
+    with torch.cuda.device(on) if cuda else contextlib.nullcontext():
+        launch.kernel.warmup(*launch.args, grid=launch.grid, **launch.constants)
 
 
 def dense_aligned(t: torch.Tensor) -> torch.Tensor:

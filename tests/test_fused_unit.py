@@ -306,3 +306,13 @@ def test_a_failed_build_at_once_leaves_the_kernels_to_the_first_step(
     codes = torch.randint(0, 1024, (1, 8, MIN_FRAMES), generator=torch.Generator())
     core.reset([0])
     assert torch.count_nonzero(core.step([0], codes)) > 0  # the kernels ran
+
+
+def test_where_the_kernels_do_not_run_nothing_is_built(
+    codec: CodecDecoder, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.delenv("TRITON_INTERPRET")  # a CPU: the narrow layers run layer by layer
+    slots = CodecSlots(codec, 2, fused_units="narrow")
+    with caplog.at_level(logging.INFO, logger=codec_slots_logger.name):
+        slots.warm_up()
+    assert "fused kernels" not in caplog.text

@@ -30,7 +30,7 @@ import torch
 from bench.gpu.random_codec import random_codec
 from realtime_engine.codec import fused_output, fused_unit, fused_upsample
 from realtime_engine.codec.fused_unit import FUSED_UNITS_VALUES
-from realtime_engine.codec.kernel_launch import Launch, deferred_launches
+from realtime_engine.codec.kernel_launch import Launch, deferred_launches, distinct_launches
 from realtime_engine.codec.stream_core import StreamingCodec
 
 HOPPER = 90  # sm_90: the H100 and H200
@@ -58,10 +58,6 @@ def recorded_step(fused_units: Any, tiny: bool) -> list[Launch]:
         core.step([0], codes)
     del os.environ["TRITON_INTERPRET"]
     return launches
-
-
-def distinct(launches: list[Launch]) -> list[Launch]:
-    return list({launch.build_key(): launch for launch in launches}.values())
 
 
 def build(launch: Launch) -> tuple[str, float]:
@@ -92,7 +88,7 @@ def build(launch: Launch) -> tuple[str, float]:
 
 
 def describe(launch: Launch) -> str:
-    shown = {k: v for k, v in launch.constants.items() if k not in ("PRECISION",)}
+    shown = {k: v for k, v in launch.constants.items() if k != "PRECISION"}
     return f"{launch.kernel.__name__}{shown}"
 
 
@@ -107,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     if mode not in FUSED_UNITS_VALUES or not mode:
         ap.error(f"--fused-units must be one of {FUSED_UNITS_VALUES[1:]}")
     launches = recorded_step(mode, args.tiny)
-    kernels = distinct(launches)
+    kernels = distinct_launches(launches)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as cache:
         os.environ["TRITON_CACHE_DIR"] = cache  # every build from scratch

@@ -79,7 +79,7 @@ def build_launches(launches: list[Launch], workers: int | None = None) -> int:
     once, on up to ``workers`` threads (by default one a CPU); returns how
     many were built. An error in a build propagates: the same launch would
     fail when run."""
-    distinct = list({launch.build_key(): launch for launch in launches}.values())
+    distinct = distinct_launches(launches)
     if not distinct:
         return 0
     workers = max(1, min(len(distinct), workers or os.cpu_count() or 1))
@@ -87,6 +87,11 @@ def build_launches(launches: list[Launch], workers: int | None = None) -> int:
         for _ in pool.map(_build, distinct):
             pass
     return len(distinct)
+
+
+def distinct_launches(launches: list[Launch]) -> list[Launch]:
+    """One launch per kernel build (:meth:`Launch.build_key`), first seen first."""
+    return list({launch.build_key(): launch for launch in launches}.values())
 
 
 def _build(launch: Launch) -> None:

@@ -264,6 +264,8 @@ class CodecSlots:
         ):
             for n in self.frame_counts:  # the trash slot's state: zeros, then the warm-up's
                 self._advance(self._slot_in[:1], self._codes_in[n][:1])
+        if not launches:  # the kernels do not run on this device
+            return
         try:
             built = build_launches(launches)
         except Exception as e:  # the first step builds them in turn, and fails there if it must

@@ -21,10 +21,12 @@ from realtime_engine.codec.fused_unit import (
     MAX_FUSED_CHANNELS,
     FusedUnits,
     UnitWeights,
+    fast_sine,
     fused_residual,
     padded_channels,
     residual_reference,
     tile_samples,
+    unit_warps,
 )
 from realtime_engine.codec.kernel_launch import (
     ALIGNMENT,
@@ -139,6 +141,7 @@ def test_widths_pad_to_a_product_size_and_tiles_fit_the_registers() -> None:
         16, 16, 16, 32, 32, 128, 128,
     ]  # fmt: skip
     assert [tile_samples(c) for c in (8, 32, 64, 128)] == [128, 128, 128, 64]
+    assert [unit_warps(padded_channels(c)) for c in (8, 32, 64, 128)] == [4, 4, 8, 8]
     unit = random_unit(8, 1, seed=0)
     full, skip, x, keep = unit_inputs(unit, 1, 10, 0, 0, torch.float32)
     with pytest.raises(ValueError, match="source must hold 16"):
@@ -147,6 +150,23 @@ def test_widths_pad_to_a_product_size_and_tiles_fit_the_registers() -> None:
         fused_residual(UnitWeights.of(unit), full, skip, x, keep, activate=True)
     with pytest.raises(ValueError, match="fused_units must be one of"):
         CausalDac(DacDecoder(CodecDims.tiny()), fused_units="all")  # type: ignore[arg-type]
+
+
+def test_the_sine_is_approximate_where_the_products_are(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU's approximate sine goes with TF32 or half-precision products; float32
+    products keep libdevice's exact sine, and so does Triton's interpreter, which
+    has no approximate one."""
+    matmul = torch.backends.cuda.matmul
+    was = matmul.allow_tf32
+    try:
+        matmul.allow_tf32 = True
+        assert not fast_sine(torch.float16)  # interpreted (this module's fixture)
+        monkeypatch.delenv("TRITON_INTERPRET")
+        assert fast_sine(torch.float32) and fast_sine(torch.float16)
+        matmul.allow_tf32 = False
+        assert not fast_sine(torch.float32) and fast_sine(torch.float16)
+    finally:
+        matmul.allow_tf32 = was
 
 
 # -- a streaming codec that fuses its units ------------------------------------------

@@ -60,16 +60,16 @@ def recorded_step(fused_units: Any, tiny: bool) -> list[Launch]:
     return launches
 
 
-def build(launch: Launch) -> tuple[str, float]:
-    """Build the launch's kernel for sm_90; its name and seconds."""
+def compile_for_hopper(launch: Launch) -> Any:
+    """The launch's kernel built for sm_90 by Triton's compiler and ptxas: the
+    compiled kernel, with its PTX and cubin in ``asm``."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    name = launch.kernel.__name__
-    kernel = _BUILDERS[name]()  # the compiled kind (TRITON_INTERPRET is unset)
-    constants = {k: v for k, v in launch.constants.items() if k != "num_warps"}
-    constants["PRECISION"] = "tf32"  # as served (the CPU would read IEEE)
+    kernel = _BUILDERS[launch.kernel.__name__]()  # the compiled kind (no TRITON_INTERPRET)
+    constants = served_constants(launch)
+    del constants["num_warps"]
     signature: dict[str, str] = {}
     for arg_name, value in zip(kernel.arg_names, launch.args, strict=False):
         if isinstance(value, torch.Tensor):
@@ -78,30 +78,55 @@ def build(launch: Launch) -> tuple[str, float]:
             signature[arg_name] = "i32"
     signature.update({k: "constexpr" for k in constants})
     source = ASTSource(fn=kernel, signature=signature, constexprs=constants)
-    started = time.perf_counter()
-    triton.compile(
+    return triton.compile(
         source,
         target=GPUTarget("cuda", HOPPER, 32),
-        options={"num_warps": launch.constants.get("num_warps", 4)},
+        options={"num_warps": served_constants(launch)["num_warps"]},
     )
+
+
+def build(launch: Launch) -> tuple[str, float]:
+    """Build the launch's kernel for sm_90; its name and seconds."""
+    started = time.perf_counter()
+    compile_for_hopper(launch)
     return describe(launch), time.perf_counter() - started
 
 
+def served_constants(launch: Launch) -> dict[str, Any]:
+    """The launch's constants as served on the GPU: TF32 products and the
+    approximate sine (Triton's interpreter recorded IEEE and the exact one)."""
+    constants = dict(launch.constants)
+    constants.setdefault("num_warps", 4)
+    constants.update(PRECISION="tf32", FAST_SINE=True)
+    return constants
+
+
 def describe(launch: Launch) -> str:
-    shown = {k: v for k, v in launch.constants.items() if k != "PRECISION"}
+    shown = {k: v for k, v in served_constants(launch).items() if k != "PRECISION"}
     return f"{launch.kernel.__name__}{shown}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
+def add_step_args(ap: argparse.ArgumentParser) -> None:
+    """The flags of the benches that build a recorded step's kernels."""
     ap.add_argument("--fused-units", default="narrow")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    args = ap.parse_args(argv)
+
+
+def fused_units_mode(ap: argparse.ArgumentParser, args: argparse.Namespace) -> Any:
+    """``--fused-units`` as the codec takes it (any mode that fuses something)."""
     mode: Any = {"true": True, "false": False}.get(args.fused_units, args.fused_units)
     if mode not in FUSED_UNITS_VALUES or not mode:
         ap.error(f"--fused-units must be one of {FUSED_UNITS_VALUES[1:]}")
+    return mode
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    add_step_args(ap)
+    args = ap.parse_args(argv)
+    mode = fused_units_mode(ap, args)
     launches = recorded_step(mode, args.tiny)
     kernels = distinct_launches(launches)
     rows: list[dict[str, Any]] = []

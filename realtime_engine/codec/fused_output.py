@@ -34,6 +34,7 @@ from realtime_engine.codec.fused_unit import (
     MIN_DOT,
     built_on_first_use,
     dot_precision,
+    fast_sine,
     padded_channels,
     padded_vector,
     snake_constants,
@@ -44,6 +45,9 @@ from realtime_engine.codec.kernel_launch import dense_aligned, launch
 # codec's 32; one program holds a tile of every channel).
 MAX_FUSED_OUTPUT_CHANNELS = 128
 _TILE_ELEMENTS = 8192  # padded channels x samples of one program's tile
+# Warps a program: with 4, the real codec's sm_90 build spilled registers at
+# its default tile (docs/bench/RESULTS.md, section 35)
+WARPS = 8
 
 
 @dataclass(frozen=True)
@@ -115,7 +119,7 @@ def fused_output(
     keep: torch.Tensor,
     *,
     tile: int | None = None,
-    warps: int = 4,
+    warps: int = WARPS,
 ) -> torch.Tensor:
     """The output layer over a step's new samples as one kernel (see the module's
     notes; arguments and result as :func:`output_reference`'s). ``tile``: output
@@ -172,6 +176,7 @@ def _output_op(
         TAPS=weight.shape[0],
         TILE=tile,
         PRECISION=dot_precision(),
+        FAST_SINE=fast_sine(x.dtype),
         num_warps=warps,
     )
     return y if ran else y.zero_()
@@ -186,6 +191,7 @@ def _(history: torch.Tensor, x: torch.Tensor, *rest: object) -> torch.Tensor:
 def _output_kernel() -> Any:
     import triton
     import triton.language as tl
+    from triton.language.extra import libdevice
 
     @triton.jit(do_not_specialize=["n", "head"])
     def output_kernel(
@@ -205,6 +211,7 @@ def _output_kernel() -> Any:
         TAPS: tl.constexpr,
         TILE: tl.constexpr,
         PRECISION: tl.constexpr,
+        FAST_SINE: tl.constexpr,
     ):
         slot = tl.program_id(0).to(tl.int64)
         t = tl.program_id(1) * TILE + tl.arange(0, TILE)
@@ -225,7 +232,7 @@ def _output_kernel() -> Any:
             kept = tl.load(history_rows + at, mask=both & old, other=0.0)
             raw = tl.load(x_rows + (at - past), mask=both & (at >= past), other=0.0)
             raw = raw.to(tl.float32)
-            sine = tl.sin(alpha * raw)
+            sine = libdevice.fast_sinf(alpha * raw) if FAST_SINE else tl.sin(alpha * raw)
             new = raw + sine * sine * inverse
             # rounded as the activation's own output would be
             taps = tl.where(old, kept, new.to(kept.dtype))

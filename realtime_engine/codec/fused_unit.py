@@ -70,6 +70,18 @@ def dot_precision() -> str:
     return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee"
 
 
+def fast_sine(dtype: torch.dtype) -> bool:
+    """Whether a kernel's Snake takes the GPU's approximate sine (``sin.approx``:
+    one special-function instruction) instead of libdevice's exact ``sinf``.
+    The exact one reduces its argument in tens of instructions, with a float64
+    slow path and a local array; inlined once per activated element, it took
+    every fused kernel to the register limit, with spills (docs/bench/RESULTS.md,
+    section 35). Approximate where the products are: with TF32 or half-precision
+    products; exact with float32 products, and through Triton's interpreter,
+    which has no approximate sine."""
+    return not interpreting() and (dtype != torch.float32 or dot_precision() == "tf32")
+
+
 def built_on_first_use(build: Callable[[], Any]) -> Callable[[], Any]:
     """``build``'s kernel, built when first asked for (Triton is for the CUDA path
     and the tests), once for compiled and once for interpreted kernels."""
@@ -92,6 +104,13 @@ def padded_channels(channels: int) -> int:
 def tile_samples(channels: int) -> int:
     """Output samples per program for ``channels`` (a power of two, >= 16)."""
     return max(MIN_DOT, min(128, _TILE_ELEMENTS // padded_channels(channels)))
+
+
+def unit_warps(padded: int) -> int:
+    """Warps a program for ``padded`` channels: 8 from 64, where 4 warps (at
+    :func:`tile_samples`' tile) left the kernel's registers spilling in its
+    sm_90 build (docs/bench/RESULTS.md, section 35), else 4."""
+    return 8 if padded >= 64 else 4
 
 
 @dataclass(frozen=True)
@@ -214,7 +233,7 @@ def fused_residual(
     PyTorch's matrix products may use it, else in full float32; float16
     inputs multiply in float16 and accumulate in float32. ``tile`` (output
     samples a program, a power of two >= 16) and ``warps``: the launch, by
-    default :func:`tile_samples` and 8 warps from 128 padded channels, else 4.
+    default :func:`tile_samples` and :func:`unit_warps`.
 
     The kernel is an opaque operator to ``torch.compile``: a compiled step
     calls it as it is, and a CUDA graph captures its launch."""
@@ -228,7 +247,7 @@ def fused_residual(
     tile = tile_samples(channels) if tile is None else tile
     if tile < MIN_DOT or tile & (tile - 1):
         raise ValueError(f"tile must be a power of two of at least {MIN_DOT}; got {tile}")
-    warps = (8 if w.padded >= 128 else 4) if warps is None else warps
+    warps = unit_warps(w.padded) if warps is None else warps
     return _unit_op(
         source,
         skip_cache,
@@ -299,6 +318,7 @@ def _unit_op(
         ACTIVATE=activate,
         TILE=tile,
         PRECISION=dot_precision(),
+        FAST_SINE=fast_sine(x.dtype),
         num_warps=warps,
     )
     return y if ran else y.zero_()
@@ -315,6 +335,7 @@ def _(
 def _unit_kernel() -> Any:
     import triton
     import triton.language as tl
+    from triton.language.extra import libdevice
 
     @triton.jit(do_not_specialize=["n", "lag", "head"])
     def unit_kernel(
@@ -341,6 +362,7 @@ def _unit_kernel() -> Any:
         ACTIVATE: tl.constexpr,
         TILE: tl.constexpr,
         PRECISION: tl.constexpr,
+        FAST_SINE: tl.constexpr,
     ):
         slot = tl.program_id(0).to(tl.int64)
         t = tl.program_id(1) * TILE + tl.arange(0, TILE)
@@ -367,7 +389,7 @@ def _unit_kernel() -> Any:
                 kept = tl.load(source_rows + at, mask=both & old, other=0.0)
                 raw = tl.load(x_rows + (at - history), mask=both & (at >= history), other=0.0)
                 raw = raw.to(tl.float32)
-                s1 = tl.sin(a1 * raw)
+                s1 = libdevice.fast_sinf(a1 * raw) if FAST_SINE else tl.sin(a1 * raw)
                 new = raw + s1 * s1 * inv1
                 # rounded as the activation's own output would be
                 taps = tl.where(old, kept, new.to(kept.dtype))
@@ -376,7 +398,10 @@ def _unit_kernel() -> Any:
             w1 = tl.load(w1_ptr + k * PADDED * PADDED + square)
             acc = tl.dot(w1, taps, acc, input_precision=PRECISION)
         z = acc + tl.load(b1_ptr + c)[:, None]
-        s = tl.sin(tl.load(a2_ptr + c)[:, None] * z)
+        if FAST_SINE:
+            s = libdevice.fast_sinf(tl.load(a2_ptr + c)[:, None] * z)
+        else:
+            s = tl.sin(tl.load(a2_ptr + c)[:, None] * z)
         u = z + s * s * tl.load(inv2_ptr + c)[:, None]
         w2 = tl.load(w2_ptr + square)
         y = tl.dot(w2, u.to(w2.dtype), input_precision=PRECISION)

@@ -46,6 +46,7 @@ from realtime_engine.codec.fused_unit import (
     MIN_DOT,
     built_on_first_use,
     dot_precision,
+    fast_sine,
     padded_channels,
     padded_vector,
     snake_constants,
@@ -58,6 +59,9 @@ MAX_FUSED_IN_CHANNELS = 256
 _IN_BLOCK = 64  # input channels summed per product
 _OUT_BLOCK = 128  # output channels a program takes at most
 _TILE_ELEMENTS = 8192  # output channels x input positions of one accumulator
+# Warps a program: with 4, the 64- and 32-channel blocks' sm_90 builds spilled
+# registers at their default tiles (docs/bench/RESULTS.md, section 35)
+WARPS = 8
 
 
 @dataclass(frozen=True)
@@ -160,7 +164,7 @@ def fused_upsample(
     float16 weights multiply in float16 and accumulate in float32. The launch:
     ``out_block`` output channels a program (a power of two >= 16, by default
     all of them up to 128), ``tile`` input positions (by default
-    :func:`upsample_tile`), ``warps`` (8 from 128 output channels, else 4).
+    :func:`upsample_tile`), ``warps`` (by default :data:`WARPS`).
 
     The kernel is an opaque operator to ``torch.compile``: a compiled step
     calls it as it is, and a CUDA graph captures its launch."""
@@ -177,7 +181,7 @@ def fused_upsample(
             raise ValueError(f"{name} must be a power of two of at least {MIN_DOT}; got {value}")
     if out_block > w.out_padded:
         raise ValueError(f"out_block may be at most the {w.out_padded} padded output channels")
-    warps = (8 if out_block >= 128 else 4) if warps is None else warps
+    warps = WARPS if warps is None else warps
     return _upsample_op(
         x, partial, keep, w.alpha, w.inverse, w.weight, w.bias, tile, out_block, warps
     )
@@ -229,6 +233,7 @@ def _upsample_op(
         OUT_BLOCK=out_block,
         IN_BLOCK=min(_IN_BLOCK, weight.shape[2]),
         PRECISION=dot_precision(),
+        FAST_SINE=fast_sine(x.dtype),
         num_warps=warps,
     )
     return (y, carry) if ran else (y.zero_(), carry.zero_())
@@ -245,6 +250,7 @@ def _(x: torch.Tensor, partial: torch.Tensor, *rest: object) -> tuple[torch.Tens
 def _upsample_kernel() -> Any:
     import triton
     import triton.language as tl
+    from triton.language.extra import libdevice
 
     @triton.jit(do_not_specialize=["n", "head"])
     def upsample_kernel(
@@ -268,6 +274,7 @@ def _upsample_kernel() -> Any:
         OUT_BLOCK: tl.constexpr,
         IN_BLOCK: tl.constexpr,
         PRECISION: tl.constexpr,
+        FAST_SINE: tl.constexpr,
     ):
         slot = tl.program_id(0).to(tl.int64)
         i = tl.program_id(1) * TILE + tl.arange(0, TILE)  # input positions, n: the carry
@@ -294,13 +301,13 @@ def _upsample_kernel() -> Any:
             # Snake of a masked (zero) input is zero, as the sums need
             now = tl.load(rows + i[None, :], mask=ci_in & (i < n)[None, :], other=0.0)
             now = now.to(tl.float32)
-            sine = tl.sin(alpha * now)
+            sine = libdevice.fast_sinf(alpha * now) if FAST_SINE else tl.sin(alpha * now)
             now = now + sine * sine * inverse
             before = tl.load(
                 rows + (i - 1)[None, :], mask=ci_in & ((i >= 1) & (i <= n))[None, :], other=0.0
             )
             before = before.to(tl.float32)
-            sine = tl.sin(alpha * before)
+            sine = libdevice.fast_sinf(alpha * before) if FAST_SINE else tl.sin(alpha * before)
             before = before + sine * sine * inverse
             square = co[:, None] * IN_PADDED + ci[None, :]
             w_now = tl.load(w_ptr + r * OUT_PADDED * IN_PADDED + square)

@@ -73,12 +73,12 @@ def dot_precision() -> str:
 def fast_sine(dtype: torch.dtype) -> bool:
     """Whether a kernel's Snake takes the GPU's approximate sine (``sin.approx``:
     one special-function instruction) instead of libdevice's exact ``sinf``.
-    The exact one reduces its argument in tens of instructions, with a float64
-    slow path and a local array; inlined once per activated element, it took
-    every fused kernel to the register limit, with spills (docs/bench/RESULTS.md,
-    section 35). Approximate where the products are: with TF32 or half-precision
-    products; exact with float32 products, and through Triton's interpreter,
-    which has no approximate sine."""
+    The exact one takes about 26 instructions, with a float64 slow path and a
+    local array; inlined once per activated element, it was most of every
+    fused kernel's machine code (docs/bench/RESULTS.md, section 35).
+    Approximate where the products are: with TF32 or half-precision products;
+    exact with float32 products, and through Triton's interpreter, which has
+    no approximate sine."""
     return not interpreting() and (dtype != torch.float32 or dot_precision() == "tf32")
 
 

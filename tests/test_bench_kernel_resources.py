@@ -2,8 +2,8 @@
 (sm_90) on the CPU and read back from their machine code. As served, every
 kernel's Snake takes the approximate sine: special-function instructions and
 no float64 (the exact sine's slow path). Also the occupancy arithmetic and the
-disassembly's parsing, on known values, and the sweep of launches. The build runs as a process of its
-own, as bench.gpu.kernel_build_time's test explains."""
+disassembly's parsing, on known values, and the sweep of launches. The build
+runs as a process of its own, as bench.gpu.kernel_build_time's test explains."""
 
 from __future__ import annotations
 

@@ -25,8 +25,7 @@ from realtime_engine.codec.fused_unit import (
     fused_residual,
     padded_channels,
     residual_reference,
-    tile_samples,
-    unit_warps,
+    unit_launch,
 )
 from realtime_engine.codec.kernel_launch import (
     ALIGNMENT,
@@ -140,8 +139,9 @@ def test_widths_pad_to_a_product_size_and_tiles_fit_the_registers() -> None:
     assert [padded_channels(c) for c in (1, 8, 16, 17, 32, 100, 128)] == [
         16, 16, 16, 32, 32, 128, 128,
     ]  # fmt: skip
-    assert [tile_samples(c) for c in (8, 32, 64, 128)] == [128, 128, 128, 64]
-    assert [unit_warps(padded_channels(c)) for c in (8, 32, 64, 128)] == [4, 4, 8, 8]
+    launches = [unit_launch(padded_channels(c), True) for c in (8, 32, 64, 128)]
+    assert launches == [(64, 4), (64, 4), (32, 4), (64, 8)]
+    assert unit_launch(64, False) == (128, 4)
     unit = random_unit(8, 1, seed=0)
     full, skip, x, keep = unit_inputs(unit, 1, 10, 0, 0, torch.float32)
     with pytest.raises(ValueError, match="source must hold 16"):

@@ -39,8 +39,8 @@ from realtime_engine.codec.fused_output import (
     fused_output,
 )
 from realtime_engine.codec.fused_unit import (
+    FUSED_CHANNELS,
     FUSED_UNITS_VALUES,
-    MAX_FUSED_CHANNELS,
     FusedUnits,
     UnitWeights,
     fused_residual,
@@ -128,7 +128,7 @@ class CausalDac:
     for the first block's dilated convolutions, at a step's few samples per
     slot, are a slow generic fallback; None (the default): none do.
     ``fused_units``: a step runs each residual unit of up to
-    :data:`~realtime_engine.codec.fused_unit.MAX_FUSED_CHANNELS` channels as one
+    :data:`~realtime_engine.codec.fused_unit.FUSED_CHANNELS` channels as one
     Triton kernel (:func:`~realtime_engine.codec.fused_unit.fused_residual`; CUDA,
     or Triton's interpreter), after the unit's first activation (True) or taking
     it too (``"activation"``); ``"narrow"``: as ``"activation"``, and each
@@ -255,10 +255,10 @@ class CausalDac:
 
     def unit_weights(self, unit: ResidualUnit, x: torch.Tensor) -> UnitWeights | None:
         """The unit's weights for :func:`fused_residual`, or None where the unit is
-        not fused: :attr:`fused_units` off, wider than ``MAX_FUSED_CHANNELS``,
+        not fused: :attr:`fused_units` off, wider than ``FUSED_CHANNELS``,
         float64, or ``x`` on the CPU without Triton's interpreter. Made on the first (eager)
         step, as :meth:`nhwc_weight`'s copies are."""
-        if not self.fused_units or unit.conv1.in_channels > MAX_FUSED_CHANNELS:
+        if not self.fused_units or unit.conv1.in_channels > FUSED_CHANNELS:
             return None
         if not _kernels_run_on(x):
             return None

@@ -45,9 +45,8 @@ from realtime_engine.codec.kernel_launch import dense_aligned, launch
 # codec's 32; one program holds a tile of every channel).
 MAX_FUSED_OUTPUT_CHANNELS = 128
 _TILE_ELEMENTS = 8192  # padded channels x samples of one program's tile
-# Warps a program: with 4, the real codec's sm_90 build spilled registers at
-# its default tile (docs/bench/RESULTS.md, section 35)
-WARPS = 8
+# Warps a program: 4 ran faster than 8 on an H200 (docs/bench/RESULTS.md, section 36)
+WARPS = 4
 
 
 @dataclass(frozen=True)

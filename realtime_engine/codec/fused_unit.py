@@ -25,7 +25,8 @@ Which of the two is faster is for the GPU to say (``bench.gpu.fused_unit_bench``
 
 Channels are padded to a power of two of at least 16 (the products' least
 size), so any width runs; the wider the channels, the more registers a
-tile takes, so the codec fuses units up to :data:`MAX_FUSED_CHANNELS`.
+tile takes, so the kernel takes units up to :data:`MAX_FUSED_CHANNELS`
+(a codec fuses those up to :data:`FUSED_CHANNELS`).
 Kernels run on CUDA, or on the CPU through Triton's interpreter
 (``TRITON_INTERPRET=1``, for tests). :func:`residual_reference` is the
 same computation in PyTorch.
@@ -44,11 +45,14 @@ import torch.nn.functional as F
 from realtime_engine.codec.dac import ResidualUnit
 from realtime_engine.codec.kernel_launch import dense_aligned, launch
 
-# Units of up to this many channels are fused (the real codec's last three
+# Units of up to this many channels can be fused (the real codec's last three
 # blocks: 128, 64 and 32 channels, where a step's samples are).
 MAX_FUSED_CHANNELS = 128
+# A codec fuses units of up to this many: on an H200 at 256 slots the
+# 128-channel units ran slower fused than layer by layer at every launch
+# (docs/bench/RESULTS.md, section 36), the 64- and 32-channel ones faster.
+FUSED_CHANNELS = 64
 MIN_DOT = 16  # tensor-core products need every side at least this long
-_TILE_ELEMENTS = 8192  # padded channels x samples of one program's tile
 
 # How a codec fuses its narrow layers: not at all, each residual unit after its
 # first activation (True), with it ("activation"), or so and each narrow
@@ -101,16 +105,15 @@ def padded_channels(channels: int) -> int:
     return max(MIN_DOT, 1 << (channels - 1).bit_length())
 
 
-def tile_samples(channels: int) -> int:
-    """Output samples per program for ``channels`` (a power of two, >= 16)."""
-    return max(MIN_DOT, min(128, _TILE_ELEMENTS // padded_channels(channels)))
-
-
-def unit_warps(padded: int) -> int:
-    """Warps a program for ``padded`` channels: 8 from 64, where 4 warps (at
-    :func:`tile_samples`' tile) left the kernel's registers spilling in its
-    sm_90 build (docs/bench/RESULTS.md, section 35), else 4."""
-    return 8 if padded >= 64 else 4
+def unit_launch(padded: int, activate: bool) -> tuple[int, int]:
+    """The launch for ``padded`` channels, as (output samples a program, warps):
+    the fastest of 32-128 samples x 4 or 8 warps at 256 slots on an H200, in
+    TF32 (docs/bench/RESULTS.md, section 36)."""
+    if padded >= 128:
+        return 64, 8
+    if padded >= 64:
+        return (32, 4) if activate else (128, 4)
+    return 64, 4
 
 
 @dataclass(frozen=True)
@@ -233,7 +236,7 @@ def fused_residual(
     PyTorch's matrix products may use it, else in full float32; float16
     inputs multiply in float16 and accumulate in float32. ``tile`` (output
     samples a program, a power of two >= 16) and ``warps``: the launch, by
-    default :func:`tile_samples` and :func:`unit_warps`.
+    default :func:`unit_launch`'s.
 
     The kernel is an opaque operator to ``torch.compile``: a compiled step
     calls it as it is, and a CUDA graph captures its launch."""
@@ -244,10 +247,11 @@ def fused_residual(
     wanted = history if activate else history + n
     if source.shape[-1] != wanted:
         raise ValueError(f"source must hold {wanted} samples; got {source.shape[-1]}")
-    tile = tile_samples(channels) if tile is None else tile
+    default_tile, default_warps = unit_launch(w.padded, activate)
+    tile = default_tile if tile is None else tile
     if tile < MIN_DOT or tile & (tile - 1):
         raise ValueError(f"tile must be a power of two of at least {MIN_DOT}; got {tile}")
-    warps = unit_warps(w.padded) if warps is None else warps
+    warps = default_warps if warps is None else warps
     return _unit_op(
         source,
         skip_cache,

@@ -59,9 +59,6 @@ MAX_FUSED_IN_CHANNELS = 256
 _IN_BLOCK = 64  # input channels summed per product
 _OUT_BLOCK = 128  # output channels a program takes at most
 _TILE_ELEMENTS = 8192  # output channels x input positions of one accumulator
-# Warps a program: with 4, the 64- and 32-channel blocks' sm_90 builds spilled
-# registers at their default tiles (docs/bench/RESULTS.md, section 35)
-WARPS = 8
 
 
 @dataclass(frozen=True)
@@ -164,7 +161,8 @@ def fused_upsample(
     float16 weights multiply in float16 and accumulate in float32. The launch:
     ``out_block`` output channels a program (a power of two >= 16, by default
     all of them up to 128), ``tile`` input positions (by default
-    :func:`upsample_tile`), ``warps`` (by default :data:`WARPS`).
+    :func:`upsample_tile`), ``warps`` (8 from 64 output channels, else 4: the
+    faster at those tiles on an H200, docs/bench/RESULTS.md, section 36).
 
     The kernel is an opaque operator to ``torch.compile``: a compiled step
     calls it as it is, and a CUDA graph captures its launch."""
@@ -181,7 +179,7 @@ def fused_upsample(
             raise ValueError(f"{name} must be a power of two of at least {MIN_DOT}; got {value}")
     if out_block > w.out_padded:
         raise ValueError(f"out_block may be at most the {w.out_padded} padded output channels")
-    warps = WARPS if warps is None else warps
+    warps = (8 if out_block >= 64 else 4) if warps is None else warps
     return _upsample_op(
         x, partial, keep, w.alpha, w.inverse, w.weight, w.bias, tile, out_block, warps
     )

@@ -174,9 +174,9 @@ def test_the_sine_is_approximate_where_the_products_are(monkeypatch: pytest.Monk
 
 @pytest.fixture(scope="module")
 def codec() -> CodecDecoder:
-    """The real strides with channels on both sides of the fused width: the first
-    block's 160 stay layer by layer, the other four blocks' (16 and 8) are fused;
-    every block's upsampling (32 to 160 input channels) can be."""
+    """The real strides with channels on both sides of the fused widths: the first
+    block's 160-channel units stay layer by layer, the other four blocks' (16 and
+    8) are fused; so is every block's upsampling but the second's (160 inputs)."""
     dims = CodecDims(decoder_channels=(32, 160, 16, 16, 8, 8))
     sd = random_codec_state_dict(dims, torch.Generator().manual_seed(0), include_encoder=False)
     return load_codec_decoder(sd)
@@ -224,8 +224,8 @@ def test_a_codec_with_fused_units_streams_the_whole_decode(
     core = StreamingCodec(codec, 2, fused_units=mode)
     got = streamed(core, codes, groups)
     assert len(core.layers._unit_weights) == 12  # three units in each of four blocks
-    # (every block's upsampling: 32 to 160 input channels)
-    assert len(core.layers._upsample_weights) == (5 if mode == "narrow" else 0)
+    # (every block's upsampling but the one of 160 input channels)
+    assert len(core.layers._upsample_weights) == (4 if mode == "narrow" else 0)
     assert (core.layers._output_weights is not None) == (mode == "narrow")
     assert stepped_past_the_delay(core, frames) >= 10 * HOP
     assert rel(got, whole(codec, codes)) < FP32_ROUNDING
@@ -279,7 +279,7 @@ def test_without_a_gpu_or_the_interpreter_the_units_run_layer_by_layer(
 def test_a_deferred_step_runs_no_kernel_and_builds_each_once(codec: CodecDecoder) -> None:
     """Inside ``deferred_launches`` a step records one launch per fused layer and
     runs none, so the fused output layer's audio is zeros; the launches build
-    12 kernels: the units' two widths x three dilations, five upsamplings, one
+    11 kernels: the units' two widths x three dilations, four upsamplings, one
     output layer. The kernels get every tensor dense and 16-byte aligned, the
     batch-1 slices of the state and the start mask too."""
     codes = torch.randint(0, 1024, (1, 8, MIN_FRAMES + 2), generator=torch.Generator())
@@ -288,11 +288,11 @@ def test_a_deferred_step_runs_no_kernel_and_builds_each_once(codec: CodecDecoder
     core.step([0], codes[:, :, :MIN_FRAMES])  # past the delay: a step's audio is not masked
     with deferred_launches() as launches:
         deferred = core.step([0], codes[:, :, MIN_FRAMES : MIN_FRAMES + 1])
-    assert len(launches) == 12 + 5 + 1
+    assert len(launches) == 12 + 4 + 1
     assert torch.count_nonzero(deferred) == 0
     tensors = [a for launch in launches for a in launch.args if isinstance(a, torch.Tensor)]
     assert all(t.is_contiguous() and t.data_ptr() % ALIGNMENT == 0 for t in tensors)
-    assert build_launches(launches) == 6 + 5 + 1
+    assert build_launches(launches) == 6 + 4 + 1
     assert torch.count_nonzero(core.step([0], codes[:, :, MIN_FRAMES + 1 :])) > 0  # runs again
 
 
@@ -303,7 +303,7 @@ def test_slots_build_their_fused_kernels_before_warming_up(
     slots = CodecSlots(codec, 2, fused_units=mode)
     with caplog.at_level(logging.INFO, logger=codec_slots_logger.name):
         slots.warm_up()
-    built = "built the codec's 12 fused kernels"
+    built = "built the codec's 11 fused kernels"
     assert (built in caplog.text) == (mode == "narrow")
 
 

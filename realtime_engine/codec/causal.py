@@ -47,7 +47,7 @@ from realtime_engine.codec.fused_unit import (
     interpreting,
 )
 from realtime_engine.codec.fused_upsample import (
-    MAX_FUSED_IN_CHANNELS,
+    FUSED_IN_CHANNELS,
     UpsampleWeights,
     fused_upsample,
 )
@@ -132,7 +132,7 @@ class CausalDac:
     Triton kernel (:func:`~realtime_engine.codec.fused_unit.fused_residual`; CUDA,
     or Triton's interpreter), after the unit's first activation (True) or taking
     it too (``"activation"``); ``"narrow"``: as ``"activation"``, and each
-    block of up to :data:`~realtime_engine.codec.fused_upsample.MAX_FUSED_IN_CHANNELS`
+    block of up to :data:`~realtime_engine.codec.fused_upsample.FUSED_IN_CHANNELS`
     input channels starts with its activation and transposed convolution as one
     kernel (:func:`~realtime_engine.codec.fused_upsample.fused_upsample`), and
     the output layer is one too (:func:`~realtime_engine.codec.fused_output.fused_output`);
@@ -275,9 +275,9 @@ class CausalDac:
     def upsample_weights(self, block: DecoderBlock, x: torch.Tensor) -> UpsampleWeights | None:
         """The block's activation and transposed convolution for
         :func:`fused_upsample`, or None where they run layer by layer: not
-        :attr:`fused_units` ``"narrow"``, over ``MAX_FUSED_IN_CHANNELS`` input
+        :attr:`fused_units` ``"narrow"``, over ``FUSED_IN_CHANNELS`` input
         channels, or as :meth:`unit_weights`. Made on the first (eager) step."""
-        if self.fused_units != "narrow" or block.conv_t1.in_channels > MAX_FUSED_IN_CHANNELS:
+        if self.fused_units != "narrow" or block.conv_t1.in_channels > FUSED_IN_CHANNELS:
             return None
         if not _kernels_run_on(x):
             return None

@@ -27,8 +27,9 @@ and the step's first call builds every kernel.
 Channels are padded to powers of two of at least 16 (the products' least
 size). A tile of inputs is at least 16 wide, so a block whose step brings few
 inputs a slot (the real codec's first two, 1 and 8 a frame) would waste most
-of its products: the codec fuses blocks of up to :data:`MAX_FUSED_IN_CHANNELS`
-input channels (its last three, 40 to 320 inputs a frame). Runs on CUDA, or
+of its products: the kernel takes blocks of up to :data:`MAX_FUSED_IN_CHANNELS`
+input channels (the real codec's last three, 40 to 320 inputs a frame), and a
+codec fuses those of up to :data:`FUSED_IN_CHANNELS` (its last two). Runs on CUDA, or
 on the CPU through Triton's interpreter (tests). :func:`upsample_reference`
 is the same computation in PyTorch.
 """
@@ -53,9 +54,13 @@ from realtime_engine.codec.fused_unit import (
 )
 from realtime_engine.codec.kernel_launch import dense_aligned, launch
 
-# Blocks of up to this many input channels are fused (the real codec's last
+# Blocks of up to this many input channels can be fused (the real codec's last
 # three: 256, 128 and 64 in; 40, 160 and 320 inputs a frame).
 MAX_FUSED_IN_CHANNELS = 256
+# A codec fuses blocks of up to this many: on an H200 at 256 slots the
+# 256-channel block ran slower fused than layer by layer at every launch
+# (docs/bench/RESULTS.md, section 36), the 128- and 64-channel ones faster.
+FUSED_IN_CHANNELS = 128
 _IN_BLOCK = 64  # input channels summed per product
 _OUT_BLOCK = 128  # output channels a program takes at most
 _TILE_ELEMENTS = 8192  # output channels x input positions of one accumulator

@@ -1,6 +1,6 @@
 #!/bin/bash
 # One served start (bench/gpu/served_start.sh): VARIANT "base" (the defaults) or "units"
-# (additional_config higgs_codec fused_units: the codec's residual units of up to 128
+# (additional_config higgs_codec fused_units: the codec's residual units of up to 64
 # channels as one Triton kernel each), "unitsact" (their first activation in the kernel too),
 # "narrow" (so, and each narrow block's upsampling and the output layer as one kernel each),
 # or "fp16units" /

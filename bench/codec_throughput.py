@@ -38,7 +38,10 @@ residual units of up to 128 channels as one Triton kernel each
 (``CausalDac(fused_units=True)``, an experimental serving option), ``+unitsact``
 with their first activation in the kernel too (``fused_units="activation"``),
 ``+narrow`` so and each narrow block's upsampling and the output layer as
-one kernel too (``fused_units="narrow"``).
+one kernel too (``fused_units="narrow"``). ``+shift`` takes the products'
+taps as shifted views of the input instead of a gathered copy, where that
+costs few rows (``CausalDac(gemm_taps="shifted")``; with ``+gemm``, or in
+float16).
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ from typing import Any
 
 import torch
 
-from realtime_engine.codec.causal import GEMM_CHANNELS, GemmChannels
+from realtime_engine.codec.causal import GEMM_CHANNELS, GemmChannels, GemmTaps
 from realtime_engine.codec.decoder import CODEC_PRECISIONS, CodecDecoder
 from realtime_engine.codec.fused_unit import FusedUnits
 from realtime_engine.codec.layout import CodecDims
@@ -119,6 +122,7 @@ class Variant:
     gemm_channels: GemmChannels = "auto"
     compile_mode: str = DEFAULT_CODEC_COMPILE_MODE
     fused_units: FusedUnits = False
+    gemm_taps: GemmTaps = "gathered"
 
 
 def variant_of(name: str) -> Variant:
@@ -143,10 +147,12 @@ def variant_of(name: str) -> Variant:
             options["fused_units"] = "activation"
         elif suffix == "narrow":
             options["fused_units"] = "narrow"
+        elif suffix == "shift":
+            options["gemm_taps"] = "shifted"
         else:
             raise ValueError(
                 f"unknown suffix {suffix!r} in {name!r}"
-                " (+nhwc, +gemm, +gemmN, +conv, +autotune, +units, +unitsact, +narrow)"
+                " (+nhwc, +gemm, +gemmN, +conv, +autotune, +units, +unitsact, +narrow, +shift)"
             )
     return Variant(kernels, **options)
 
@@ -174,6 +180,7 @@ def measure(
         compile_mode=variant.compile_mode,
         frame_counts=args.frame_counts,
         fused_units=variant.fused_units,
+        gemm_taps=variant.gemm_taps,
     )
     t = time.perf_counter()
     slots.warm_up()

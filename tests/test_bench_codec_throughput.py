@@ -237,6 +237,9 @@ def test_a_variant_names_its_layout_and_the_channels_taken_as_products() -> None
     assert variant_of("compiled+units") == Variant("compiled", fused_units=True)
     assert variant_of("compiled+unitsact") == Variant("compiled", fused_units="activation")
     assert variant_of("compiled+narrow") == Variant("compiled", fused_units="narrow")
+    assert variant_of("compiled+gemm+shift") == Variant(
+        "compiled", gemm_channels=GEMM_CHANNELS, gemm_taps="shifted"
+    )
     for bad in ("eager+gemm0", "eager+gemmx", "eager+nchw", "eager+gemm-1", "eager+"):
         with pytest.raises(ValueError, match="suffix"):
             variant_of(bad)

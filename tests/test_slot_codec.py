@@ -19,6 +19,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from streaming_support import random_tiny_codec, whole
 
+from realtime_engine.codec.causal import GemmTaps
 from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.delay import apply_delay
 from realtime_engine.codec.fused_unit import FusedUnits
@@ -84,6 +85,7 @@ class Harness:
         compile_mode: str = DEFAULT_CODEC_COMPILE_MODE,
         frames_per_call: int = 1,
         fused_units: FusedUnits = False,
+        gemm_taps: GemmTaps = "gathered",
     ) -> None:
         self.codec = SlotCodec(
             codec,
@@ -94,6 +96,7 @@ class Harness:
             compile_mode=compile_mode,
             frames_per_call=frames_per_call,
             fused_units=fused_units,
+            gemm_taps=gemm_taps,
         )
         # stale garbage everywhere: a leak from an earlier request would show
         self.table = torch.randint(0, 1026, (SLOTS, POSITIONS, 8), dtype=torch.int16)
@@ -485,6 +488,19 @@ def test_the_compiled_step_with_convolutions_as_products_traces_once_and_is_exac
     matrix product) through torch.compile: one graph for every batch size, and
     the whole decode's audio for any grouping of arrivals."""
     h = Harness(codec, kernels="compiled", gemm_channels=1)
+    rows, traced = three_streams_compiled(h)
+    for i, r in enumerate(rows):
+        assert peak_error(h.audio(f"r{i}"), offline(codec, r)) <= 1e-5
+    assert traced == 1
+
+
+def test_the_compiled_step_with_shifted_taps_traces_once_and_is_exact(
+    codec: CodecDecoder,
+) -> None:
+    """``gemm_taps="shifted"`` (the products' taps as shifted views of one row
+    layout, where the history is short) through torch.compile: one graph for
+    every batch size, and the whole decode's audio for any grouping of arrivals."""
+    h = Harness(codec, kernels="compiled", gemm_channels=1, gemm_taps="shifted")
     rows, traced = three_streams_compiled(h)
     for i, r in enumerate(rows):
         assert peak_error(h.audio(f"r{i}"), offline(codec, r)) <= 1e-5

@@ -25,7 +25,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from realtime_engine.codec.causal import GEMM_CHANNELS, conv1d_as_gemm, resolve_gemm_channels
+from realtime_engine.codec.causal import (
+    GEMM_CHANNELS,
+    conv1d_as_gemm,
+    conv1d_as_shifted_gemms,
+    resolve_gemm_channels,
+)
 from realtime_engine.codec.dac import ResidualUnit, Snake1d
 from realtime_engine.codec.decoder import CodecDecoder, load_codec_decoder
 from realtime_engine.codec.delay import apply_delay
@@ -106,8 +111,14 @@ def test_delay_is_the_right_paddings_summed_through_the_upsampling(
 
 
 # the convolutions' forms (CausalDac): conv1d; conv2d over channels-last tensors;
-# every convolution wider than one tap as one matrix product over gathered taps
-LAYOUTS = {"conv1d": {}, "channels_last": {"channels_last": True}, "gemm": {"gemm_channels": 1}}
+# every convolution wider than one tap as one matrix product over gathered taps;
+# as products over shifted views of the input where its history is short
+LAYOUTS = {
+    "conv1d": {},
+    "channels_last": {"channels_last": True},
+    "gemm": {"gemm_channels": 1},
+    "shifted": {"gemm_channels": 1, "gemm_taps": "shifted"},
+}
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -537,6 +548,84 @@ def test_a_convolution_as_one_matrix_product_equals_conv1d(
     got = conv1d_as_gemm(x, weight, b, dilation)
     assert got.shape == (batch, out_channels, length)
     torch.testing.assert_close(got, F.conv1d(x, weight, b, dilation=dilation), rtol=0, atol=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    batch=st.integers(1, 3),
+    in_channels=st.integers(1, 6),
+    out_channels=st.integers(1, 5),
+    taps=st.integers(1, 7),
+    dilation=st.integers(1, 9),
+    length=st.integers(1, 12),
+    bias=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_a_convolution_as_shifted_products_equals_conv1d(
+    batch: int,
+    in_channels: int,
+    out_channels: int,
+    taps: int,
+    dilation: int,
+    length: int,
+    bias: bool,
+    seed: int,
+) -> None:
+    # no slot's outputs may take a neighbour's samples or the trailing zero rows
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, in_channels, length + dilation * (taps - 1), generator=g).double()
+    weight = torch.randn(out_channels, in_channels, taps, generator=g).double()
+    b = torch.randn(out_channels, generator=g).double() if bias else None
+    got = conv1d_as_shifted_gemms(x, weight.permute(2, 1, 0).contiguous(), b, dilation)
+    assert got.shape == (batch, out_channels, length)
+    torch.testing.assert_close(got, F.conv1d(x, weight, b, dilation=dilation), rtol=0, atol=1e-12)
+
+
+class _Products(TorchDispatchMode):
+    """Records each matrix product's inner dimension."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner: list[int] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in (torch.ops.aten.matmul.default, torch.ops.aten.mm.default):
+            self.inner.append(int(args[0].shape[-1]))
+        elif func is torch.ops.aten.addmm.default:
+            self.inner.append(int(args[1].shape[-1]))
+        return func(*args, **(kwargs or {}))
+
+
+def test_shifted_taps_take_only_the_products_with_a_short_history(codec32: CodecDecoder) -> None:
+    # gathered, a product's inner dimension is I * K; shifted, it is I, once per
+    # tap. A step of 2 frames: the first convolution (6 samples of history for 2
+    # outputs) and the first block's last unit (54 for 16) stay gathered; every
+    # later convolution wider than a tap is shifted.
+    gathered = StreamingCodec(codec32, 2, gemm_channels=1)
+    shifted = StreamingCodec(codec32, 2, gemm_channels=1, gemm_taps="shifted")
+    codes = torch.randint(0, 1024, (2, 8, 2))
+    counts, audio = [], []
+    for core in (gathered, shifted):
+        core.reset([0, 1])
+        with _Products() as mode:
+            audio.append(core.step([0, 1], codes))
+        counts.append(mode.inner)
+    # the one-tap convolutions' products (inner I, not a multiple of the tiny
+    # codec's channels times 7) are no taps' and stay as they are
+    wide = [n for n in counts[0] if n % 7 == 0]
+    assert len(wide) > 4
+    expected, seen = [], 0
+    for n in counts[0]:
+        if n % 7:
+            expected.append(n)
+            continue
+        # in order: the first convolution, the first block's three units, the rest
+        expected += [n] if seen in (0, 3) else [n // 7] * 7
+        seen += 1
+    assert counts[1] == expected
+    torch.testing.assert_close(audio[1], audio[0], rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match="gemm_taps"):
+        StreamingCodec(codec32, 1, gemm_taps="shift")  # type: ignore[arg-type]
 
 
 def test_gemm_channels_takes_the_wide_convolutions_from_cudnn(codec32: CodecDecoder) -> None:

@@ -174,6 +174,17 @@ def test_the_codec_chooses_its_matrix_products_unless_the_options_say() -> None:
             gemm_channels_option({"gemm_channels": bad})
 
 
+def test_the_products_gather_their_taps_unless_the_codec_options_say_shifted() -> None:
+    from realtime_engine.talker.vllm_state import gemm_taps_option
+
+    assert gemm_taps_option({}) == "gathered"
+    assert gemm_taps_option({"gemm_taps": "gathered"}) == "gathered"
+    assert gemm_taps_option({"gemm_taps": "shifted"}) == "shifted"
+    for bad in (None, True, "shift", 1, ["shifted"]):
+        with pytest.raises(ValueError, match="gemm_taps"):
+            gemm_taps_option({"gemm_taps": bad})
+
+
 def test_the_fused_units_are_off_unless_the_codec_options_say_true() -> None:
     from realtime_engine.talker.vllm_state import fused_units_option
 

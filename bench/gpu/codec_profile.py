@@ -12,11 +12,12 @@ fused kernels show by name); ``--precision fp16``, the codec in float16;
 ``--channels-last``, the convolutions on channels-last tensors;
 ``--gemm-channels N``, the convolutions of N channels or more as matrix
 products (0: none; by default, as served: from 256 channels for a float16
-codec, none otherwise); ``--compile-mode``, how torch.compile builds the
-compiled step.
+codec, none otherwise); ``--shifted-taps``, those products over shifted
+views of their input instead of a gathered copy; ``--compile-mode``, how
+torch.compile builds the compiled step.
 
     python -m bench.gpu.codec_profile --batch 256 [--steps 5] [--kernels compiled]
-        [--precision fp16] [--channels-last] [--gemm-channels N]
+        [--precision fp16] [--channels-last] [--gemm-channels N] [--shifted-taps]
         [--compile-mode max-autotune-no-cudagraphs]
 """
 
@@ -61,6 +62,11 @@ def main(argv: list[str] | None = None) -> int:
         help="convolutions this wide or wider as matrix products (0: none; default: as served)",
     )
     ap.add_argument(
+        "--shifted-taps",
+        action="store_true",
+        help="the products' taps as shifted views of their input, not a gathered copy",
+    )
+    ap.add_argument(
         "--compile-mode", choices=CODEC_COMPILE_MODES, default=DEFAULT_CODEC_COMPILE_MODE
     )
     ap.add_argument(
@@ -86,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         gemm_channels=gemm_channels or None,
         compile_mode=args.compile_mode,
         fused_units=FUSED_UNITS_BY_FLAG[args.fused_units],
+        gemm_taps="shifted" if args.shifted_taps else "gathered",
     )
     taken = slots.stream_codec.layers.gemm_channels
     slots.warm_up()  # compiles (compiled kernels); no graphs: every kernel shows
@@ -111,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{torch.cuda.get_device_name() if cuda else 'cpu'}, {args.kernels} kernels"
         f"{', channels-last' if args.channels_last else ''}"
         f"{f', gemm from {taken} channels' if taken else ''}"
+        f"{', shifted taps' if args.shifted_taps else ''}"
         f"{f', {args.compile_mode}' if args.compile_mode != DEFAULT_CODEC_COMPILE_MODE else ''}"
         " (no graph)\n"
     )

@@ -127,6 +127,12 @@ class CausalDac:
     (:func:`conv1d_as_gemm`) instead of through cuDNN, whose float16 kernels
     for the first block's dilated convolutions, at a step's few samples per
     slot, are a slow generic fallback; None (the default): none do.
+    ``gemm_taps``: how those products take their taps: ``"gathered"`` (the
+    default; :func:`conv1d_as_gemm`, one product over a copy of every tap) or
+    ``"shifted"`` (:func:`conv1d_as_shifted_gemms`, one product per tap over
+    shifted views of the input, with no gathered copy, wherever that computes
+    at most :data:`SHIFTED_MAX_HISTORY` times the outputs' rows again; the
+    rest stay gathered); an experiment until measured.
     ``fused_units``: a step runs each residual unit of up to
     :data:`~realtime_engine.codec.fused_unit.FUSED_CHANNELS` channels as one
     Triton kernel (:func:`~realtime_engine.codec.fused_unit.fused_residual`; CUDA,
@@ -145,7 +151,10 @@ class CausalDac:
         channels_last: bool = False,
         gemm_channels: int | None = None,
         fused_units: FusedUnits = False,
+        gemm_taps: GemmTaps = "gathered",
     ) -> None:
+        if gemm_taps not in GEMM_TAPS_VALUES:
+            raise ValueError(f"gemm_taps must be one of {GEMM_TAPS_VALUES}; got {gemm_taps!r}")
         if fused_units not in FUSED_UNITS_VALUES:
             raise ValueError(
                 f"fused_units must be one of {FUSED_UNITS_VALUES}; got {fused_units!r}"
@@ -156,6 +165,7 @@ class CausalDac:
         self.fused = fused
         self.channels_last = channels_last
         self.gemm_channels = gemm_channels
+        self.gemm_taps = gemm_taps
         self.fused_units = fused_units
         # each fused residual unit's and block's weights in its kernel's layout, by module
         self._unit_weights: dict[int, UnitWeights] = {}
@@ -164,6 +174,8 @@ class CausalDac:
         # per (module, side): a convolution's (side 0) or a folded unit's conv1 and
         # conv2 (sides 1, 2) channels-last weight; modules live as long as this view
         self._nhwc: dict[tuple[int, int], torch.Tensor] = {}
+        # the same keys: a product's weight as [K, I, O], one matrix per tap
+        self._tap_weights: dict[tuple[int, int], torch.Tensor] = {}
         # 1 / alpha per activation, by module
         self._inverses: dict[int, torch.Tensor] = {}
         # Each foldable residual unit's convolutions with its second activation
@@ -328,6 +340,23 @@ class CausalDac:
             and conv.kernel_size[0] > 1
             and conv.in_channels >= self.gemm_channels
         )
+
+    def shifted(self, conv: nn.Conv1d, length: int) -> bool:
+        """Whether a product of ``conv`` with ``length`` outputs a slot takes its
+        taps as shifted views (see ``gemm_taps``)."""
+        return self.gemm_taps == "shifted" and _conv_history(conv) <= SHIFTED_MAX_HISTORY * length
+
+    def tap_weights(self, owner: nn.Module, side: int, weight: torch.Tensor) -> torch.Tensor:
+        """``weight`` ``[O, I, K]`` as ``[K, I, O]``, contiguous: one ``[I, O]``
+        matrix per tap, made once per ``owner`` and ``side`` (as
+        :meth:`nhwc_weight`) and kept, outside any CUDA graph's capture."""
+        key = (id(owner), side)
+        cached = self._tap_weights.get(key)
+        if cached is None or cached.device != weight.device or cached.dtype != weight.dtype:
+            with torch.no_grad():
+                cached = weight.detach().permute(2, 1, 0).contiguous()
+            self._tap_weights[key] = cached
+        return cached
 
     def nhwc_weight(self, owner: nn.Module, side: int, weight: torch.Tensor) -> torch.Tensor | None:
         """``weight`` ``[O, I, K]`` as ``[O, I, 1, K]`` in channels-last memory, made once
@@ -658,6 +687,9 @@ class _Pass:
             assert owner is not None, "a weight of its own needs the unit it is kept for"
             side = 1
         if self.net.as_gemm(conv):
+            if self.net.shifted(conv, full.shape[-1] - _conv_history(conv)):
+                taps = self.net.tap_weights(owner, side, weight)
+                return conv1d_as_shifted_gemms(full, taps, bias, conv.dilation[0])
             return conv1d_as_gemm(full, weight, bias, conv.dilation[0])
         nhwc = self.net.nhwc_weight(owner, side, weight)
         return _conv1d(full, weight, bias, conv.dilation[0], nhwc)
@@ -670,6 +702,17 @@ GEMM_CHANNELS: Final = 256
 # A codec's choice of matrix products: a threshold, None (none), or "auto" (by the
 # weights' type, :func:`resolve_gemm_channels`).
 GemmChannels = int | Literal["auto"] | None
+
+
+# How the products take their taps (CausalDac's ``gemm_taps``).
+GemmTaps = Literal["gathered", "shifted"]
+GEMM_TAPS_VALUES: Final = ("gathered", "shifted")
+
+# Shifted products compute every position of the input, the history's too, for
+# each tap: ``history / length`` more rows than the outputs. Beyond this the
+# gathered copy is the cheaper one (the real codec's first block, 40 samples a
+# frame, stays within it at dilations 1, 3 and 9; the 8-sample block only at 1).
+SHIFTED_MAX_HISTORY: Final = 1.5
 
 
 def resolve_gemm_channels(value: GemmChannels, half_weights: bool) -> int | None:
@@ -708,6 +751,31 @@ def conv1d_as_gemm(
     if bias is not None:
         y = y + bias[:, None, None]
     return y.permute(1, 0, 2)
+
+
+def conv1d_as_shifted_gemms(
+    x: torch.Tensor, tap_weights: torch.Tensor, bias: torch.Tensor | None, dilation: int
+) -> torch.Tensor:
+    """``F.conv1d(x, weight, bias, dilation=dilation)`` (stride 1, no padding), with
+    ``tap_weights`` the weight as ``[K, I, O]``, as ``K`` accumulated products
+    with no copy of the taps: ``x`` laid out once as rows ``[B * L, I]`` (each
+    slot's ``L`` samples, then zero rows for the last slot's history), tap ``k``
+    is the rows shifted by ``k * dilation``. Every row gets an output, the rows
+    of each slot's history too; only each slot's first ``L - history`` are
+    kept. The result is ``[B, O, T]``, laid out as ``[B, T, O]`` (a permuted
+    view)."""
+    taps, in_channels, out_channels = tap_weights.shape
+    batch, full = x.shape[0], x.shape[-1]
+    history = dilation * (taps - 1)
+    rows = torch.cat(
+        [x.transpose(1, 2).reshape(batch * full, in_channels), x.new_zeros(history, in_channels)]
+    )
+    span = batch * full
+    first = rows[:span]
+    y = first @ tap_weights[0] if bias is None else torch.addmm(bias, first, tap_weights[0])
+    for k in range(1, taps):
+        y = torch.addmm(y, rows[k * dilation : k * dilation + span], tap_weights[k])
+    return y.view(batch, full, out_channels)[:, : full - history].transpose(1, 2)
 
 
 def _conv1d(

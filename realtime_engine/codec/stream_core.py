@@ -30,7 +30,13 @@ from dataclasses import dataclass
 
 import torch
 
-from realtime_engine.codec.causal import CausalDac, GemmChannels, State, resolve_gemm_channels
+from realtime_engine.codec.causal import (
+    CausalDac,
+    GemmChannels,
+    GemmTaps,
+    State,
+    resolve_gemm_channels,
+)
 from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.errors import CodecInputError
 from realtime_engine.codec.fused_unit import FusedUnits
@@ -61,8 +67,9 @@ class StreamingCodec:
         channels_last: bool = False,
         gemm_channels: GemmChannels = "auto",
         fused_units: FusedUnits = False,
+        gemm_taps: GemmTaps = "gathered",
     ) -> None:
-        """``fused``, ``channels_last``, ``gemm_channels``, ``fused_units``: see
+        """``fused``, ``channels_last``, ``gemm_channels``, ``fused_units``, ``gemm_taps``: see
         :class:`~realtime_engine.codec.causal.CausalDac`; ``"auto"`` (the default)
         chooses by the weights' type
         (:func:`~realtime_engine.codec.causal.resolve_gemm_channels`)."""
@@ -79,6 +86,7 @@ class StreamingCodec:
             channels_last=channels_last,
             gemm_channels=resolve_gemm_channels(gemm_channels, codec.half_weights),
             fused_units=fused_units,
+            gemm_taps=gemm_taps,
         )
         self.max_slots = max_slots
         self.hop = codec.hop

@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from realtime_engine.codec.causal import GemmChannels
+from realtime_engine.codec.causal import GemmChannels, GemmTaps
 from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.fused_unit import FusedUnits
 from realtime_engine.codec.kernel_launch import build_launches, deferred_launches
@@ -116,6 +116,7 @@ class CodecSlots:
         compile_mode: str = DEFAULT_CODEC_COMPILE_MODE,
         frame_counts: Sequence[int] = (1,),
         fused_units: FusedUnits = False,
+        gemm_taps: GemmTaps = "gathered",
     ) -> None:
         """``bucket_tails``: run tails padded to the step's batch buckets, from
         static buffers (default: where the step is captured, so they are too).
@@ -131,7 +132,8 @@ class CodecSlots:
         frames a slot may take in one :meth:`step` (each count a step of its own,
         captured per bucket; 1 is always one of them). ``fused_units``: the narrow
         residual units as one Triton kernel each, and with ``"narrow"`` every narrow
-        layer (CausalDac's; an experiment, off)."""
+        layer (CausalDac's; an experiment, off). ``gemm_taps``: how the products take
+        their taps (CausalDac's; shifted views are an experiment, off)."""
         if stream_priority not in CODEC_STREAM_PRIORITIES:
             raise ValueError(
                 f"codec stream priority must be one of {CODEC_STREAM_PRIORITIES};"
@@ -159,6 +161,7 @@ class CodecSlots:
             channels_last=channels_last,
             gemm_channels=gemm_channels,
             fused_units=fused_units,
+            gemm_taps=gemm_taps,
         )
         self.trash = slots  # never a talker slot: padded batch rows go here
         self.device = self.stream_codec.device

@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from realtime_engine.codec.causal import GemmChannels
+from realtime_engine.codec.causal import GemmChannels, GemmTaps
 from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.fused_unit import FusedUnits
 from realtime_engine.codec.presets import next_chunk_frames, validate_chunking
@@ -121,7 +121,7 @@ class SlotCodec:
     ``compile_mode``: see :class:`CodecSlots`; ``frames_per_call``: the most frames
     a slot steps in one codec call
     (:data:`~realtime_engine.format.DEFAULT_CODEC_FRAMES_PER_CALL`);
-    ``fused_units``: see :class:`CodecSlots` (an experiment, off)."""
+    ``fused_units``, ``gemm_taps``: see :class:`CodecSlots` (experiments, off)."""
 
     def __init__(
         self,
@@ -136,6 +136,7 @@ class SlotCodec:
         compile_mode: str = DEFAULT_CODEC_COMPILE_MODE,
         frames_per_call: int = DEFAULT_CODEC_FRAMES_PER_CALL,
         fused_units: FusedUnits = False,
+        gemm_taps: GemmTaps = "gathered",
     ) -> None:
         self.frames_per_call = frames_per_call
         self.device_codec = CodecSlots(
@@ -148,6 +149,7 @@ class SlotCodec:
             compile_mode=compile_mode,
             frame_counts=frame_counts(frames_per_call),
             fused_units=fused_units,
+            gemm_taps=gemm_taps,
         )
         self.max_batch = max(1, max_batch)
         self.hop = self.device_codec.hop

@@ -58,7 +58,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from realtime_engine.codec.causal import GemmChannels
+from realtime_engine.codec.causal import GemmChannels, GemmTaps
 from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.fused_unit import FusedUnits
 from realtime_engine.format import (
@@ -194,6 +194,7 @@ class VllmAudio:
         compile_mode: str = DEFAULT_CODEC_COMPILE_MODE,
         frames_per_call: int = DEFAULT_CODEC_FRAMES_PER_CALL,
         fused_units: FusedUnits = False,
+        gemm_taps: GemmTaps = "gathered",
     ) -> None:
         """``step_event``: on CPU, where a step is complete when the host has it,
         makes each step's status wait for an event of this factory instead (to
@@ -212,7 +213,8 @@ class VllmAudio:
         ``frames_per_call``: the most frames a slot steps in one codec call
         (:class:`~realtime_engine.talker.slot_codec.SlotCodec`). ``fused_units``:
         the codec's narrow residual units, or (``"narrow"``) all its narrow layers, as
-        one kernel each (an experiment, off)."""
+        one kernel each (an experiment, off). ``gemm_taps``: how the products take
+        their taps (CausalDac's; shifted views are an experiment, off)."""
         self._step_event = step_event
         self.codec = SlotCodec(
             codec,
@@ -225,6 +227,7 @@ class VllmAudio:
             compile_mode=compile_mode,
             frames_per_call=frames_per_call,
             fused_units=fused_units,
+            gemm_taps=gemm_taps,
         )
         # Streams of requests vLLM removed unfinished (preempted or aborted).
         self._detached: OrderedDict[str, SlotStream] = OrderedDict()

@@ -41,7 +41,7 @@ try:
 except ImportError:  # releases where MRv2 returned the shared V1 type
     from vllm.v1.outputs import SamplerOutput  # type: ignore[assignment]
 
-from realtime_engine.codec.causal import GemmChannels
+from realtime_engine.codec.causal import GEMM_TAPS_VALUES, GemmChannels, GemmTaps
 from realtime_engine.codec.fused_unit import FUSED_UNITS_VALUES, FusedUnits
 from realtime_engine.format import (
     DEFAULT_CODEC_COMPILE_MODE,
@@ -116,6 +116,7 @@ class HiggsModelState(DefaultModelState):
                 compile_mode=str(codec_options.get("compile_mode", DEFAULT_CODEC_COMPILE_MODE)),
                 frames_per_call=frames_per_call_option(codec_options),
                 fused_units=fused_units_option(codec_options),
+                gemm_taps=gemm_taps_option(codec_options),
             )
             if codec is not None and first_rank
             else None
@@ -310,6 +311,18 @@ def gemm_channels_option(codec_options: dict[str, Any]) -> GemmChannels:
     return value or None
 
 
+def gemm_taps_option(codec_options: dict[str, Any]) -> GemmTaps:
+    """``additional_config["higgs_codec"]["gemm_taps"]``: how the codec's matrix
+    products take their taps, ``"gathered"`` (when unset) or ``"shifted"``
+    (:class:`~realtime_engine.codec.causal.CausalDac`; an experiment)."""
+    value = codec_options.get("gemm_taps", "gathered")
+    if value not in GEMM_TAPS_VALUES:
+        raise ValueError(
+            f'higgs_codec["gemm_taps"] must be one of {GEMM_TAPS_VALUES}; got {value!r}'
+        )
+    return cast(GemmTaps, value)
+
+
 def frames_per_call_option(codec_options: dict[str, Any]) -> int:
     """``additional_config["higgs_codec"]["frames_per_call"]``: the most frames a slot
     steps in one codec call, a power of two up to 8
@@ -324,10 +337,10 @@ def frames_per_call_option(codec_options: dict[str, Any]) -> int:
 
 def fused_units_option(codec_options: dict[str, Any]) -> FusedUnits:
     """``additional_config["higgs_codec"]["fused_units"]``: the codec's residual units
-    of up to 128 channels as one Triton kernel each
+    of up to 64 channels as one Triton kernel each
     (:func:`~realtime_engine.codec.fused_unit.fused_residual`), after their first
     activation (true) or taking it too (``"activation"``); ``"narrow"``: so, and
-    each block of up to 256 input channels starts with its activation and
+    each block of up to 128 input channels starts with its activation and
     transposed convolution as one kernel
     (:func:`~realtime_engine.codec.fused_upsample.fused_upsample`), and the output
     layer is one too (:func:`~realtime_engine.codec.fused_output.fused_output`);

@@ -520,6 +520,16 @@ def test_channels_last_runs_every_convolution_on_channels_last_input(
         assert {rank for rank, _ in mode.inputs} == {3}
 
 
+# a convolution's product forms, given x, the weight [O, I, K], the bias, the dilation
+PRODUCT_FORMS = {
+    "gathered": conv1d_as_gemm,
+    "shifted": lambda x, weight, b, dilation: conv1d_as_shifted_gemms(
+        x, weight.permute(2, 1, 0).contiguous(), b, dilation
+    ),
+}
+
+
+@pytest.mark.parametrize("form", PRODUCT_FORMS)
 @settings(max_examples=60, deadline=None)
 @given(
     batch=st.integers(1, 3),
@@ -531,7 +541,8 @@ def test_channels_last_runs_every_convolution_on_channels_last_input(
     bias=st.booleans(),
     seed=st.integers(0, 2**16),
 )
-def test_a_convolution_as_one_matrix_product_equals_conv1d(
+def test_a_convolution_as_matrix_products_equals_conv1d(
+    form: str,
     batch: int,
     in_channels: int,
     out_channels: int,
@@ -541,42 +552,12 @@ def test_a_convolution_as_one_matrix_product_equals_conv1d(
     bias: bool,
     seed: int,
 ) -> None:
+    # shifted: no slot's outputs may take a neighbour's samples or the trailing zero rows
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(batch, in_channels, length + dilation * (taps - 1), generator=g).double()
     weight = torch.randn(out_channels, in_channels, taps, generator=g).double()
     b = torch.randn(out_channels, generator=g).double() if bias else None
-    got = conv1d_as_gemm(x, weight, b, dilation)
-    assert got.shape == (batch, out_channels, length)
-    torch.testing.assert_close(got, F.conv1d(x, weight, b, dilation=dilation), rtol=0, atol=1e-12)
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    batch=st.integers(1, 3),
-    in_channels=st.integers(1, 6),
-    out_channels=st.integers(1, 5),
-    taps=st.integers(1, 7),
-    dilation=st.integers(1, 9),
-    length=st.integers(1, 12),
-    bias=st.booleans(),
-    seed=st.integers(0, 2**16),
-)
-def test_a_convolution_as_shifted_products_equals_conv1d(
-    batch: int,
-    in_channels: int,
-    out_channels: int,
-    taps: int,
-    dilation: int,
-    length: int,
-    bias: bool,
-    seed: int,
-) -> None:
-    # no slot's outputs may take a neighbour's samples or the trailing zero rows
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(batch, in_channels, length + dilation * (taps - 1), generator=g).double()
-    weight = torch.randn(out_channels, in_channels, taps, generator=g).double()
-    b = torch.randn(out_channels, generator=g).double() if bias else None
-    got = conv1d_as_shifted_gemms(x, weight.permute(2, 1, 0).contiguous(), b, dilation)
+    got = PRODUCT_FORMS[form](x, weight, b, dilation)
     assert got.shape == (batch, out_channels, length)
     torch.testing.assert_close(got, F.conv1d(x, weight, b, dilation=dilation), rtol=0, atol=1e-12)
 

@@ -142,3 +142,18 @@ def test_combine_refuses_mixed_inputs(tmp_path: Path) -> None:
     assert main(["combine", out, str(path), str(tmp_path / "gone.json")]) == 1
     assert main(["combine", out, str(path), str(path)]) == 0
     assert json.loads((tmp_path / "out.json").read_text())["levels"][0]["level"] == 16
+
+
+def test_levels_keeps_each_levels_figures_and_drops_the_streams(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "sweep_c64.json").write_text(json.dumps(_result(64)))
+    (tmp_path / "preset_exact.json").write_text(json.dumps(_result(1)))
+    (tmp_path / "notes.json").write_text(json.dumps({"not": "a result"}))
+    (tmp_path / "broken.json").write_text("{")
+    assert main(["levels", str(tmp_path)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert sorted(out) == ["preset_exact_c1", "sweep_c64"]
+    level = out["sweep_c64"]
+    assert level["ttfa_ms"] == {"p50": 100.0, "p90": 120.0, "p99": 130.0}
+    assert level["throughput_audio_s_per_s"] == 192.0
+    # the per-stream lists stay on the machine
+    assert "samples" not in level and "error_samples" not in level

@@ -3,6 +3,7 @@
 python -m bench.gpu.report merge DIR NAME [LABEL=]RESULT.json ...   # DIR/NAME.json + DIR/NAME_*.png
 python -m bench.gpu.report combine OUT.json PART.json ...           # one level, several clients
 python -m bench.gpu.report summary DIR > summary.md                 # tables of DIR/*.json + notes
+python -m bench.gpu.report levels DIR > levels.json                 # figures, no streams
 
 Each level of a run is its own ``bench run`` (a level that overruns its time
 limit loses only itself); ``merge`` joins them into one result as if one run
@@ -253,12 +254,44 @@ def resource_lines(out_dir: Path) -> list[str]:
     return out
 
 
+def _is_figure(value: Any) -> bool:
+    """A number, a word, or a dict of them (a percentile table): what a level reports."""
+    if isinstance(value, dict):
+        return all(_is_figure(v) for v in value.values())
+    return isinstance(value, (int, float, str, bool)) or value is None
+
+
+def levels(res_dir: Path) -> dict[str, dict[str, Any]]:
+    """Every level of every result in ``res_dir``, keyed ``<file>`` or ``<file>_c<level>``,
+    with its figures and without the per-stream records (small enough to bring back)."""
+    out: dict[str, dict[str, Any]] = {}
+    for path in sorted(res_dir.glob("*.json")):
+        try:
+            result = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(result, dict) or not isinstance(result.get("levels"), list):
+            continue
+        for item in result["levels"]:
+            if not isinstance(item, dict):
+                continue
+            name = path.stem
+            level = item.get("level")
+            if level is not None and not name.endswith(f"_c{level}"):
+                name = f"{name}_c{level}"
+            out[name] = {k: v for k, v in item.items() if _is_figure(v)}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) >= 3 and args[0] == "merge":
         return cmd_merge(Path(args[1]), args[2], args[3:])
     if len(args) >= 3 and args[0] == "combine":
         return cmd_combine(Path(args[1]), [Path(a) for a in args[2:]])
+    if len(args) == 2 and args[0] == "levels":
+        print(json.dumps(levels(Path(args[1])), indent=1))
+        return 0
     if len(args) == 2 and args[0] == "summary":
         print(summary(Path(args[1])))
         return 0

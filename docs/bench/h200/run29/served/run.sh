@@ -1,30 +1,33 @@
 #!/bin/bash
-# One served start (bench/gpu/served_start.sh): VARIANT "base" (the defaults) or "units"
-# (additional_config higgs_codec fused_units: the codec's residual units of up to 64
-# channels as one Triton kernel each), "unitsact" (their first activation in the kernel too),
-# "narrow" (so, and each narrow block's upsampling and the output layer as one kernel each),
-# or "fp16units" /
-# "fp16unitsact" / "fp16narrow" (those with --codec-precision fp16).
+# One served start (bench/gpu/served_start.sh): VARIANT "base" (the defaults) or one of the
+# codec options in additional_config["higgs_codec"]:
+#   "units"     the residual units of up to 64 channels as one Triton kernel each;
+#   "unitsact"  so, with their first activation in the kernel too;
+#   "narrow"    so, and each narrow block's upsampling and the output layer as one kernel each;
+#   "narrowshift4"  "narrow", products over shifted taps (gemm_taps "shifted") and four
+#                   frames a slot in one codec call (frames_per_call 4);
+# or any of those with an "fp16" prefix (with --codec-precision fp16).
 # Run base and a variant in turn on one machine, LEVELS=64,128,256 (RESULTS.md sections 30
 # and 31).
 VARIANT=${VARIANT:-base}
-units_option() {
-  echo "{\"engine_args\": {\"additional_config\": {\"higgs_codec\": {\"fused_units\": $1}}}}"
+codec_option() {
+  echo "{\"engine_args\": {\"additional_config\": {\"higgs_codec\": {$1}}}}"
 }
-units=$(units_option true)
-unitsact=$(units_option '"activation"')
-narrow=$(units_option '"narrow"')
 serve_args=""
-case $VARIANT in
-  base) options="" ;;
-  units) options=$units ;;
-  unitsact) options=$unitsact ;;
-  fp16units) options=$units; serve_args="--codec-precision fp16" ;;
-  narrow) options=$narrow ;;
-  fp16unitsact) options=$unitsact; serve_args="--codec-precision fp16" ;;
-  fp16narrow) options=$narrow; serve_args="--codec-precision fp16" ;;
-  *) echo "unknown VARIANT $VARIANT (base, units, unitsact, narrow, fp16units, fp16unitsact," \
-    "fp16narrow)" >&2; exit 2 ;;
+variant=$VARIANT
+case $variant in
+  fp16*) serve_args="--codec-precision fp16"; variant=${variant#fp16} ;;
 esac
+case $variant in
+  base) options="" ;;
+  units) options=$(codec_option '"fused_units": true') ;;
+  unitsact) options=$(codec_option '"fused_units": "activation"') ;;
+  narrow) options=$(codec_option '"fused_units": "narrow"') ;;
+  narrowshift4) options=$(codec_option \
+    '"fused_units": "narrow", "gemm_taps": "shifted", "frames_per_call": 4') ;;
+  *) echo "unknown VARIANT $VARIANT (base, units, unitsact, narrow, narrowshift4;" \
+    "each but base also with an fp16 prefix)" >&2; exit 2 ;;
+esac
+[ "$VARIANT" = fp16base ] && options=""
 TAG=r20_${VARIANT}_${START:-1} SERVE_ARGS=$serve_args TALKER_OPTIONS=$options \
   bash bench/gpu/served_start.sh

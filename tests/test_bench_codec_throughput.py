@@ -198,6 +198,30 @@ def test_the_audio_host_bench_runs_large_steps_through_the_decode_thread(
     assert report["ended"] >= 12 and report["streams"] == report["ended"] + 12
 
 
+def test_the_audio_host_bench_counts_the_codec_calls_a_step_by_frame_count(
+    tmp_path: Path,
+) -> None:
+    """With several frames a call, a step's slots split into a call per frame count:
+    the streams before their first chunk and those with a chunk due go at once."""
+    from bench.gpu.audio_host import main as audio_host
+
+    argv = ["--tiny", "--null-codec", "--slots", "24", "--frames", "40", "--steps", "80"]
+    argv += ["--warmup", "20", "--host-ms", "0"]
+    census = {}
+    for frames in (1, 4):
+        out = tmp_path / str(frames)
+        assert audio_host([*argv, "--frames-per-call", str(frames), "--out", str(out)]) == 0
+        report = json.loads((out / "audio_host.json").read_text())
+        assert report["frames_per_call"] == frames and report["ended"] >= 24
+        census[frames] = report["codec_calls"]
+    one = census[1]
+    assert list(one["by_frames"]) == ["1"] and set(one["steps_by_calls"]) <= {"0", "1"}
+    four = census[4]
+    assert "4" in four["by_frames"] and "1" in four["by_frames"]
+    assert max(int(n) for n in four["steps_by_calls"]) >= 2
+    assert four["calls_per_step"] > one["calls_per_step"]
+
+
 @pytest.mark.usefixtures("one_torch_thread")
 def test_the_precision_bench_orders_the_casts_by_their_mantissas(tmp_path: Path) -> None:
     from bench.codec_precision import main as precision

@@ -26,10 +26,14 @@ that streams end at a steady rate). JSON to stdout and
 of the stand-in's launches, and of the wait, the messages and bytes a
 reader process received (every chunk goes to it, as to the gateway), and
 (``--profile``) the functions with the most own time under cProfile.
+``codec_calls`` counts the codec's calls a step by frames a slot
+(``--frames-per-call``: with more than one, a step's slots split into a call
+per frame count, and every call pays a small batch's fixed cost).
 
     python -m bench.gpu.audio_host --slots 256 --steps 1500
     python -m bench.gpu.audio_host --tiny --slots 16 --steps 60     # CPU smoke check
     python -m bench.gpu.audio_host --tiny --null-codec --profile 40  # the bookkeeping alone
+    python -m bench.gpu.audio_host --tiny --null-codec --frames-per-call 4  # the calls a step
 """
 
 from __future__ import annotations
@@ -58,7 +62,12 @@ from bench.gpu.random_codec import random_codec
 from bench.json_out import write_report
 from realtime_engine.codec.decoder import CODEC_PRECISIONS
 from realtime_engine.codec.presets import PRESETS, get_preset
-from realtime_engine.format import CODEC_KERNELS, DEFAULT_CODEC_PRECISION, DELAY_ROWS
+from realtime_engine.format import (
+    CODEC_KERNELS,
+    DEFAULT_CODEC_FRAMES_PER_CALL,
+    DEFAULT_CODEC_PRECISION,
+    DELAY_ROWS,
+)
 from realtime_engine.talker.types import NUM_CODEBOOKS
 from realtime_engine.talker.vllm_audio import VllmAudio
 from realtime_engine.talker.vllm_protocol import TalkerArgs
@@ -96,6 +105,50 @@ class NullCodecSlots:
     def chunks(self, slots: Any, starts: Any, ends: Any, fed: Any) -> torch.Tensor:
         length = max(e - s for s, e in zip(starts, ends, strict=True))
         return torch.zeros(len(slots), length, device=self.device)
+
+
+class CallCensus:
+    """What the codec's steps are, step by step: how many calls, of how many frames a
+    slot, over how many slots. With several frames a call, a step's slots split into
+    a call per frame count, and each call pays a small batch's fixed cost."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.calls: Counter[int] = Counter()  # by frames a slot
+        self.slots: Counter[int] = Counter()
+        self.calls_in_step: Counter[int] = Counter()  # steps by how many calls they made
+        self._this_step = 0
+
+    def wrap(self, device_codec: Any) -> None:
+        inner = device_codec.step
+
+        def counted(slots: Any, rows: Any, table: Any, **kwargs: Any) -> Any:
+            if self.on:
+                frames = kwargs.get("frames", 1)
+                self.calls[frames] += 1
+                self.slots[frames] += len(slots)
+                self._this_step += 1
+            return inner(slots, rows, table, **kwargs)
+
+        device_codec.step = counted
+
+    def end_step(self) -> None:
+        if self.on:
+            self.calls_in_step[self._this_step] += 1
+        self._this_step = 0
+
+    def report(self, steps: int) -> dict[str, Any]:
+        return {
+            "calls_per_step": round(sum(self.calls.values()) / steps, 3),
+            "steps_by_calls": {str(k): v for k, v in sorted(self.calls_in_step.items())},
+            "by_frames": {
+                str(n): {
+                    "calls_per_step": round(self.calls[n] / steps, 3),
+                    "slots_per_call": round(self.slots[n] / self.calls[n], 1),
+                }
+                for n in sorted(self.calls)
+            },
+        }
 
 
 class Breakdown:
@@ -197,9 +250,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         graphs=cuda,
         kernels=args.kernels,
         decode_thread=args.decode_thread,
+        frames_per_call=args.frames_per_call,
     )
     if args.null_codec:
         audio.codec.device_codec = NullCodecSlots(audio.codec.device_codec)  # type: ignore[assignment]
+    census = CallCensus()
+    census.wrap(audio.codec.device_codec)
     began = time.perf_counter()
     audio.warm_up()
     warm_s = time.perf_counter() - began
@@ -234,7 +290,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     measured_from = 0.0
     for step in range(args.warmup + args.steps):
         if step == args.warmup:
-            clock.on = breakdown.on = True
+            clock.on = breakdown.on = census.on = True
             measured_from = time.perf_counter()
             if profiler is not None:
                 profiler.enable()
@@ -252,6 +308,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         clock.timed("rows", write_rows, table, codes, live, rows, device)
         packed = clock.timed("rows", pack_status, live, rows, total, device)
         clock.timed("after_step", audio.after_step, packed, [keys[s] for s in live])
+        census.end_step()
         for s in live:
             rows[s] += 1
         event = None
@@ -280,6 +337,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "dims": "tiny" if args.tiny else "higgs_v3",
         "kernels": "none" if args.null_codec else args.kernels,
         "decode_thread": args.decode_thread,
+        "frames_per_call": args.frames_per_call,
         "switch_interval_ms": round(1000 * sys.getswitchinterval(), 3),
         "slots": args.slots,
         "preset": args.preset,
@@ -292,6 +350,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "step_ms": round(1000 * elapsed / args.steps, 3),
         "host_ms_per_step": per_step,
         "audio_hooks_ms_per_step": round(hooks_ms, 3),
+        "codec_calls": census.report(args.steps),
         **counts,
     }
     if args.replay_probe and cuda:
@@ -409,6 +468,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--preset", choices=sorted(PRESETS), default="exact")
     ap.add_argument("--slots", type=int, default=256)
     ap.add_argument("--frames", type=int, default=250, help="frames per stream (10 s)")
+    ap.add_argument(
+        "--frames-per-call",
+        type=int,
+        default=DEFAULT_CODEC_FRAMES_PER_CALL,
+        help="the most frames a slot takes in one codec call (the engine option)",
+    )
     ap.add_argument("--steps", type=int, default=1500)
     ap.add_argument("--warmup", type=int, default=300, help="steps before timing")
     ap.add_argument("--load-ms", type=float, default=3.5, help="main-stream work per step")

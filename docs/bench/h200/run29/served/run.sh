@@ -4,8 +4,8 @@
 #   "units"     the residual units of up to 64 channels as one Triton kernel each;
 #   "unitsact"  so, with their first activation in the kernel too;
 #   "narrow"    so, and each narrow block's upsampling and the output layer as one kernel each;
-#   "narrowshift4"  "narrow", products over shifted taps (gemm_taps "shifted") and four
-#                   frames a slot in one codec call (frames_per_call 4);
+#   "narrowshift"   "narrow" and products over shifted taps (gemm_taps "shifted");
+#   "narrowshift4"  so, and four frames a slot in one codec call (frames_per_call 4);
 # or any of those with an "fp16" prefix (with --codec-precision fp16).
 # Run base and a variant in turn on one machine, LEVELS=64,128,256 (RESULTS.md sections 30
 # and 31).
@@ -23,9 +23,10 @@ case $variant in
   units) options=$(codec_option '"fused_units": true') ;;
   unitsact) options=$(codec_option '"fused_units": "activation"') ;;
   narrow) options=$(codec_option '"fused_units": "narrow"') ;;
+  narrowshift) options=$(codec_option '"fused_units": "narrow", "gemm_taps": "shifted"') ;;
   narrowshift4) options=$(codec_option \
     '"fused_units": "narrow", "gemm_taps": "shifted", "frames_per_call": 4') ;;
-  *) echo "unknown VARIANT $VARIANT (base, units, unitsact, narrow, narrowshift4;" \
+  *) echo "unknown VARIANT $VARIANT (base, units, unitsact, narrow, narrowshift, narrowshift4;" \
     "each but base also with an fp16 prefix)" >&2; exit 2 ;;
 esac
 [ "$VARIANT" = fp16base ] && options=""

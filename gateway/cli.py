@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
+from gateway.logs import configure_server_logs
 from gateway.protocol import Limits
 from gateway.serving import build_engine, say, serve
 from gateway.settings import GatewaySettings
@@ -271,6 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:
         print(f"speech-gateway: error: {e}", file=sys.stderr)
         return 2
+    configure_server_logs(args.log_level)
     kind = resolve_engine_kind(args.engine, args.model)
     raw = with_parallel_flags(
         args.talker_options, args.data_parallel_size, args.tensor_parallel_size

@@ -351,10 +351,12 @@ def worker_main(
     # A stop before serving begins (the engine still loading) ends the worker now;
     # once serving, the server's own handler takes over (gateway.serving.serve).
     signal.signal(SUPERVISOR_STOP_SIGNAL, _exit_before_serving)
+    from gateway.logs import configure_server_logs
     from gateway.serving import build_engine, serve
     from realtime_engine.engines.base import EngineError
 
     args = plan.args
+    configure_server_logs(args.log_level)
     settings = plan.settings
     prefix = f"worker {plan.index}: "
 

@@ -16,7 +16,7 @@ PACKAGES = ("realtime_engine", "gateway", "bench")
 # Lowest first. A module belongs to the layer of its longest matching prefix
 # and may import only its own layer or lower ones.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("realtime_engine.format", "realtime_engine.errors"),
+    ("realtime_engine.format", "realtime_engine.errors", "realtime_engine.logs"),
     ("realtime_engine.text", "realtime_engine.audio"),
     ("realtime_engine.codec",),
     ("realtime_engine.model",),

@@ -7,12 +7,15 @@ records names; the model module is imported lazily by vLLM when needed.
 
 from __future__ import annotations
 
+from realtime_engine.logs import route_engine_logs
 from realtime_engine.model.config import ARCHITECTURE, MODEL_TYPE
 
 MODEL_CLASS_PATH = "realtime_engine.talker.vllm_model:HiggsMultimodalQwen3ForConditionalGeneration"
 
 
 def register() -> None:
+    # vLLM's processes set up only vLLM's loggers: the engine's records go the same way
+    route_engine_logs("vllm")
     from transformers import AutoConfig
     from vllm import ModelRegistry
 

@@ -18,9 +18,6 @@ class _StderrHandler(logging.StreamHandler):
     """Writes to whatever ``sys.stderr`` is when a record comes (so a replaced
     stream, as under a test runner, is never written to after it closed)."""
 
-    def __init__(self) -> None:
-        super().__init__()
-
     @property
     def stream(self) -> object:
         return sys.stderr

@@ -16,7 +16,7 @@ grep -h "torch.compile took\|compiled the codec\|ready in\|float16 is" \
 # Keep what comes back small (the machine goes back 30 s after a call): every level's
 # figures without the per-stream lists, and the archive without the sweeps' raw JSON.
 RES=/root/h200_work/results_$TAG
-python3 -m bench.gpu.report levels "$RES" > "$OUT/levels_$TAG.json" 2>&1
+python3 -m bench.gpu.report levels "$RES" > "$OUT/levels_$TAG.json" 2>> "$OUT/run_$TAG.log"
 tar -czf "$OUT/h200_$TAG.tar.gz" --exclude='sweep_c*.json' --exclude='*.png' \
   -C "$(dirname "$RES")" "$(basename "$RES")" 2>/dev/null
 rm -f "$OUT"/*.png; gzip -f "$OUT/run_$TAG.log"; ls -la "$OUT"

@@ -115,6 +115,12 @@ def _conv_delay(conv: nn.Conv1d) -> int:
     return int(pad[0])
 
 
+# How the products take their taps (CausalDac's ``gemm_taps``).
+GemmTaps = Literal["gathered", "shifted"]
+GEMM_TAPS_VALUES: Final = ("gathered", "shifted")
+DEFAULT_GEMM_TAPS: Final[GemmTaps] = "gathered"
+
+
 class CausalDac:
     """Streaming view of a :class:`DacDecoder` (shares its parameters).
     ``fused``: the activations run as one compiled kernel each (CUDA).
@@ -151,7 +157,7 @@ class CausalDac:
         channels_last: bool = False,
         gemm_channels: int | None = None,
         fused_units: FusedUnits = False,
-        gemm_taps: GemmTaps = "gathered",
+        gemm_taps: GemmTaps = DEFAULT_GEMM_TAPS,
     ) -> None:
         if gemm_taps not in GEMM_TAPS_VALUES:
             raise ValueError(f"gemm_taps must be one of {GEMM_TAPS_VALUES}; got {gemm_taps!r}")
@@ -703,10 +709,6 @@ GEMM_CHANNELS: Final = 256
 # weights' type, :func:`resolve_gemm_channels`).
 GemmChannels = int | Literal["auto"] | None
 
-
-# How the products take their taps (CausalDac's ``gemm_taps``).
-GemmTaps = Literal["gathered", "shifted"]
-GEMM_TAPS_VALUES: Final = ("gathered", "shifted")
 
 # Shifted products compute every position of the input, the history's too, for
 # each tap: ``history / length`` more rows than the outputs. Beyond this the

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from realtime_engine.codec.causal import (
+    DEFAULT_GEMM_TAPS,
     CausalDac,
     GemmChannels,
     GemmTaps,
@@ -67,7 +68,7 @@ class StreamingCodec:
         channels_last: bool = False,
         gemm_channels: GemmChannels = "auto",
         fused_units: FusedUnits = False,
-        gemm_taps: GemmTaps = "gathered",
+        gemm_taps: GemmTaps = DEFAULT_GEMM_TAPS,
     ) -> None:
         """``fused``, ``channels_last``, ``gemm_channels``, ``fused_units``, ``gemm_taps``: see
         :class:`~realtime_engine.codec.causal.CausalDac`; ``"auto"`` (the default)

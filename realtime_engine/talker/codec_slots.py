@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from realtime_engine.codec.causal import GemmChannels, GemmTaps
+from realtime_engine.codec.causal import DEFAULT_GEMM_TAPS, GemmChannels, GemmTaps
 from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.fused_unit import FusedUnits
 from realtime_engine.codec.kernel_launch import build_launches, deferred_launches
@@ -116,7 +116,7 @@ class CodecSlots:
         compile_mode: str = DEFAULT_CODEC_COMPILE_MODE,
         frame_counts: Sequence[int] = (1,),
         fused_units: FusedUnits = False,
-        gemm_taps: GemmTaps = "gathered",
+        gemm_taps: GemmTaps = DEFAULT_GEMM_TAPS,
     ) -> None:
         """``bucket_tails``: run tails padded to the step's batch buckets, from
         static buffers (default: where the step is captured, so they are too).

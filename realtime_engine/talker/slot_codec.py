@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from realtime_engine.codec.causal import GemmChannels, GemmTaps
+from realtime_engine.codec.causal import DEFAULT_GEMM_TAPS, GemmChannels, GemmTaps
 from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.fused_unit import FusedUnits
 from realtime_engine.codec.presets import next_chunk_frames, validate_chunking
@@ -136,7 +136,7 @@ class SlotCodec:
         compile_mode: str = DEFAULT_CODEC_COMPILE_MODE,
         frames_per_call: int = DEFAULT_CODEC_FRAMES_PER_CALL,
         fused_units: FusedUnits = False,
-        gemm_taps: GemmTaps = "gathered",
+        gemm_taps: GemmTaps = DEFAULT_GEMM_TAPS,
     ) -> None:
         self.frames_per_call = frames_per_call
         self.device_codec = CodecSlots(

@@ -58,7 +58,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from realtime_engine.codec.causal import GemmChannels, GemmTaps
+from realtime_engine.codec.causal import DEFAULT_GEMM_TAPS, GemmChannels, GemmTaps
 from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.fused_unit import FusedUnits
 from realtime_engine.format import (
@@ -194,7 +194,7 @@ class VllmAudio:
         compile_mode: str = DEFAULT_CODEC_COMPILE_MODE,
         frames_per_call: int = DEFAULT_CODEC_FRAMES_PER_CALL,
         fused_units: FusedUnits = False,
-        gemm_taps: GemmTaps = "gathered",
+        gemm_taps: GemmTaps = DEFAULT_GEMM_TAPS,
     ) -> None:
         """``step_event``: on CPU, where a step is complete when the host has it,
         makes each step's status wait for an event of this factory instead (to

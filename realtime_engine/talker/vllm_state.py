@@ -41,7 +41,12 @@ try:
 except ImportError:  # releases where MRv2 returned the shared V1 type
     from vllm.v1.outputs import SamplerOutput  # type: ignore[assignment]
 
-from realtime_engine.codec.causal import GEMM_TAPS_VALUES, GemmChannels, GemmTaps
+from realtime_engine.codec.causal import (
+    DEFAULT_GEMM_TAPS,
+    GEMM_TAPS_VALUES,
+    GemmChannels,
+    GemmTaps,
+)
 from realtime_engine.codec.fused_unit import FUSED_UNITS_VALUES, FusedUnits
 from realtime_engine.format import (
     DEFAULT_CODEC_COMPILE_MODE,
@@ -315,7 +320,7 @@ def gemm_taps_option(codec_options: dict[str, Any]) -> GemmTaps:
     """``additional_config["higgs_codec"]["gemm_taps"]``: how the codec's matrix
     products take their taps, ``"gathered"`` (when unset) or ``"shifted"``
     (:class:`~realtime_engine.codec.causal.CausalDac`; an experiment)."""
-    value = codec_options.get("gemm_taps", "gathered")
+    value = codec_options.get("gemm_taps", DEFAULT_GEMM_TAPS)
     if value not in GEMM_TAPS_VALUES:
         raise ValueError(
             f'higgs_codec["gemm_taps"] must be one of {GEMM_TAPS_VALUES}; got {value!r}'

@@ -190,3 +190,45 @@ def test_the_h200_script_runs_a_second_sweep_on_the_same_server(tmp_path: Path) 
     assert first and not any("--no-cut" in line for line in first)
     merged = next(line for line in lines if "report merge" in line and " sweep_b " in line)
     assert "sweep_b_c256.json" in merged
+
+
+def _kernel(stream: int, ts: float, dur: float) -> dict[str, object]:
+    return {
+        "ph": "X",
+        "cat": "kernel",
+        "name": "k",
+        "ts": ts,
+        "dur": dur,
+        "args": {"stream": stream},
+    }
+
+
+def test_the_timeline_tells_overlap_and_idle_apart() -> None:
+    # talker stream 7: [0, 400) and [500, 900); codec stream 21: [300, 600)
+    # overlaps it for 100 + 100 µs; the device idles over nothing but the
+    # span's remaining 100 µs ([900, 1000)) before the last copy.
+    events = [
+        _kernel(7, 0.0, 400.0),
+        _kernel(7, 500.0, 400.0),
+        _kernel(21, 300.0, 300.0),
+        _kernel(7, 1000.0, 100.0),
+    ]
+    line = device_time(events)["timeline"]
+    assert line["span_us"] == 1100.0
+    assert line["busy_us"] == 1000.0
+    assert line["idle_us"] == 100.0
+    assert line["streams"] == [
+        {"stream": "7", "busy_us": 900.0, "hidden_us": 200.0},
+        {"stream": "21", "busy_us": 300.0, "hidden_us": 200.0},
+    ]
+    text = device_report(device_time(events), steps=1)
+    assert "device busy (any stream) 1.0 ms = 91% of the span" in text
+    assert "21 | 0.30 | 0.20 | 67%" in text
+
+
+def test_kernels_of_one_stream_that_touch_are_not_counted_twice() -> None:
+    events = [_kernel(7, 0.0, 100.0), _kernel(7, 50.0, 100.0), _kernel(9, 400.0, 100.0)]
+    line = device_time(events)["timeline"]
+    assert line["busy_us"] == 250.0
+    assert line["idle_us"] == 250.0
+    assert [s["hidden_us"] for s in line["streams"]] == [0.0, 0.0]

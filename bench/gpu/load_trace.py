@@ -109,10 +109,18 @@ def kernel_kind(name: str) -> str:
 def device_time(events: list[dict[str, Any]]) -> dict[str, Any]:
     """Device time (µs) by kernel kind, by CUDA stream (the codec runs on a
     stream of its own, so its share is its stream's) and the 20 costliest
-    kernels, over the trace's device span."""
+    kernels, over the trace's device span; and the timeline (:func:`timeline`):
+    whether the streams overlap and how long the device idles."""
     device = [e for e in events if e.get("cat") in {"kernel", "gpu_memcpy", "gpu_memset"}]
     if not device:
-        return {"span_us": 0.0, "busy_us": 0.0, "by_kind": {}, "by_stream": {}, "top": []}
+        return {
+            "span_us": 0.0,
+            "busy_us": 0.0,
+            "by_kind": {},
+            "by_stream": {},
+            "top": [],
+            "timeline": timeline([]),
+        }
     start = min(e["ts"] for e in device)
     end = max(e["ts"] + e.get("dur", 0.0) for e in device)
     by_kind: dict[str, float] = {}
@@ -132,6 +140,74 @@ def device_time(events: list[dict[str, Any]]) -> dict[str, Any]:
         "by_kind": {k: round(v, 1) for k, v in _costliest(by_kind)},
         "by_stream": {k: round(v, 1) for k, v in _costliest(by_stream)},
         "top": [(k, round(v, 1)) for k, v in _costliest(by_name)[:20]],
+        "timeline": timeline(device),
+    }
+
+
+Interval = tuple[float, float]
+
+
+def _merged(intervals: list[Interval]) -> list[Interval]:
+    """Intervals merged where they touch or overlap, in time order."""
+    merged: list[Interval] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _length(intervals: list[Interval]) -> float:
+    return sum(end - start for start, end in intervals)
+
+
+def _shared(a: list[Interval], b: list[Interval]) -> float:
+    """Time two merged interval lists have in common."""
+    i = j = 0
+    total = 0.0
+    while i < len(a) and j < len(b):
+        total += max(0.0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def timeline(device: list[dict[str, Any]]) -> dict[str, Any]:
+    """When the device worked, not just how much: ``busy_us``, the time any
+    stream ran a kernel or copy; ``idle_us``, the span's rest (the device
+    waiting for the host); and per stream (busiest first) its ``busy_us`` and
+    ``hidden_us``, the part of it run while another stream was busy too. A
+    codec stream whose time is all hidden costs the talker nothing but
+    shared SMs; one with nothing hidden adds its time to every step."""
+    by_stream: dict[str, list[Interval]] = {}
+    for e in device:
+        start = float(e["ts"])
+        stream = str(e.get("args", {}).get("stream", "?"))
+        by_stream.setdefault(stream, []).append((start, start + float(e.get("dur", 0.0))))
+    if not by_stream:
+        return {"span_us": 0.0, "busy_us": 0.0, "idle_us": 0.0, "streams": []}
+    merged = {stream: _merged(spans) for stream, spans in by_stream.items()}
+    everything = _merged([span for spans in merged.values() for span in spans])
+    span = everything[-1][1] - everything[0][0]
+    busy = _length(everything)
+    streams = []
+    for stream, spans in sorted(merged.items(), key=lambda kv: -_length(kv[1])):
+        others = _merged([s for name, ss in merged.items() if name != stream for s in ss])
+        streams.append(
+            {
+                "stream": stream,
+                "busy_us": round(_length(spans), 1),
+                "hidden_us": round(_shared(spans, others), 1),
+            }
+        )
+    return {
+        "span_us": round(span, 1),
+        "busy_us": round(busy, 1),
+        "idle_us": round(span - busy, 1),
+        "streams": streams,
     }
 
 
@@ -153,9 +229,31 @@ def device_report(summary: dict[str, Any], steps: int) -> str:
     for stream, us in summary.get("by_stream", {}).items():
         share = us / busy if busy else 0.0
         lines.append(f"{stream} | {us / 1e3:.1f} | {share:.1%} | {us / span if span else 0.0:.0%}")
+    lines += timeline_report(summary.get("timeline"), steps)
     lines.append("costliest kernels (ms in all):")
     lines += [f"  {us / 1e3:8.1f}  {name}" for name, us in summary["top"]]
     return "\n".join(lines) + "\n"
+
+
+def timeline_report(line: dict[str, Any] | None, steps: int) -> list[str]:
+    """The timeline's lines: the device busy and idle, per step, and each
+    stream's time run beside another's."""
+    if not line or not line["span_us"]:
+        return []
+    span, per_step = line["span_us"], max(steps, 1) * 1e3
+    lines = [
+        f"device busy (any stream) {line['busy_us'] / 1e3:.1f} ms = {line['busy_us'] / span:.0%} "
+        f"of the span, {line['busy_us'] / per_step:.2f} ms per step; idle "
+        f"{line['idle_us'] / 1e3:.1f} ms = {line['idle_us'] / per_step:.2f} ms per step",
+        "CUDA stream | busy ms per step | beside another stream, ms per step | share hidden",
+    ]
+    for row in line["streams"]:
+        busy, hidden = row["busy_us"], row["hidden_us"]
+        lines.append(
+            f"{row['stream']} | {busy / per_step:.2f} | {hidden / per_step:.2f} | "
+            f"{hidden / busy if busy else 0.0:.0%}"
+        )
+    return lines
 
 
 def summarise(trace: Path) -> tuple[dict[str, Any], str]:

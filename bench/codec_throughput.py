@@ -58,7 +58,7 @@ from typing import Any
 
 import torch
 
-from realtime_engine.codec.causal import DEFAULT_GEMM_TAPS, GEMM_CHANNELS, GemmChannels, GemmTaps
+from realtime_engine.codec.causal import GEMM_CHANNELS, GemmChannels, GemmTaps
 from realtime_engine.codec.decoder import CODEC_PRECISIONS, CodecDecoder
 from realtime_engine.codec.fused_unit import FusedUnits
 from realtime_engine.codec.layout import CodecDims
@@ -122,7 +122,7 @@ class Variant:
     gemm_channels: GemmChannels = "auto"
     compile_mode: str = DEFAULT_CODEC_COMPILE_MODE
     fused_units: FusedUnits = False
-    gemm_taps: GemmTaps = DEFAULT_GEMM_TAPS
+    gemm_taps: GemmTaps = "gathered"
 
 
 def variant_of(name: str) -> Variant:

@@ -87,11 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--codec-precision",
         choices=CODEC_PRECISIONS,
         default=DEFAULT_CODEC_PRECISION,
-        help="codec arithmetic on CUDA (the CPU always computes fp32): tf32 (the default: "
-        "TF32 convolutions and matrix products, ~1e-3 of the peak), fp32 (IEEE), bf16, or "
-        "fp16 (float16 weights and state, the wide convolutions as matrix products: the "
-        "fastest, ~3e-3 of the peak on random weights; it checks itself against float32 on "
-        "the loaded weights at start-up and runs in tf32 past 1e-2; docs/presets.md)",
+        help="codec arithmetic on CUDA (the CPU always computes fp32): fp16 (the default: "
+        "float16 weights and state, the wide convolutions as matrix products, the fastest, "
+        "~2e-3 of the peak on random weights; it checks itself against float32 on the "
+        "loaded weights at start-up and runs in tf32 past 1e-2), tf32 (TF32 convolutions "
+        "and matrix products, ~5e-4 of the peak), fp32 (IEEE: chunked audio equals whole "
+        "decoding), or bf16; docs/presets.md",
     )
     serve.add_argument(
         "--codec-kernels",

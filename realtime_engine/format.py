@@ -31,10 +31,13 @@ DELAY_ROWS: Final = NUM_CODEBOOKS - 1
 # or fp16 (the weights, state and activations in float16, products accumulated
 # in float32, the wide convolutions as matrix products: the fastest codec step,
 # ~3e-3 of the peak on random weights; docs/presets.md).
-# tf32 by default: on an H200 the codec step is several times faster than in
-# fp32 at an error far below audibility (docs/bench/RESULTS.md, section 8).
+# fp16 by default: served with the narrow layers fused and shifted taps (their
+# defaults on CUDA), 12% more audio at 256 streams than tf32, a step 1.3 ms
+# shorter (docs/bench/RESULTS.md, section 40). At start-up it checks itself
+# against float32 on the loaded weights and runs in tf32 past 1e-2 of the peak
+# (realtime_engine/codec/half_check.py), so weights it cannot hold fall back.
 CODEC_PRECISIONS: Final = ("fp32", "tf32", "bf16", "fp16")
-DEFAULT_CODEC_PRECISION: Final = "tf32"
+DEFAULT_CODEC_PRECISION: Final = "fp16"
 
 # How the served codec step runs: ``eager`` (PyTorch operators, one CUDA graph
 # per batch bucket), ``snake`` (each activation one Triton kernel, CUDA),

@@ -35,6 +35,7 @@ from realtime_engine.codec.dac import ResidualUnit, Snake1d
 from realtime_engine.codec.decoder import CodecDecoder, load_codec_decoder
 from realtime_engine.codec.delay import apply_delay
 from realtime_engine.codec.errors import CodecInputError
+from realtime_engine.codec.fused_unit import FUSED_UNITS_VALUES, resolve_fused_units
 from realtime_engine.codec.layout import CodecDims, random_codec_state_dict
 from realtime_engine.codec.stream_core import StreamingCodec, frames_from_rows
 from realtime_engine.codec.streaming import rows_to_frames
@@ -641,6 +642,25 @@ def test_a_float16_codec_takes_the_matrix_products_by_default(
     assert StreamingCodec(codec32, 1, gemm_channels=64).layers.gemm_channels == 64
     assert resolve_gemm_channels("auto", half_weights=True) == GEMM_CHANNELS
     assert resolve_gemm_channels("auto", half_weights=False) is None
+
+
+def test_the_narrow_layers_are_fused_by_default_on_cuda_only(
+    codec32: CodecDecoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Triton's interpreter runs the kernels on the CPU, but only for tests that
+    # ask: the default stays layer by layer off CUDA, interpreter or not
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert StreamingCodec(codec32, 1).layers.fused_units is False
+    assert StreamingCodec(codec32, 1, fused_units="narrow").layers.fused_units == "narrow"
+    assert resolve_fused_units("auto", torch.device("cuda")) == "narrow"
+    assert resolve_fused_units("auto", torch.device("cpu")) is False
+    for explicit in FUSED_UNITS_VALUES:
+        assert resolve_fused_units(explicit, torch.device("cuda")) == explicit
+
+
+def test_the_products_shift_their_taps_by_default(codec32: CodecDecoder) -> None:
+    assert StreamingCodec(codec32, 1, gemm_channels=16).layers.gemm_taps == "shifted"
+    assert StreamingCodec(codec32, 1, gemm_taps="gathered").layers.gemm_taps == "gathered"
 
 
 class _ConvolutionWeights(TorchDispatchMode):

@@ -174,10 +174,10 @@ def test_the_codec_chooses_its_matrix_products_unless_the_options_say() -> None:
             gemm_channels_option({"gemm_channels": bad})
 
 
-def test_the_products_gather_their_taps_unless_the_codec_options_say_shifted() -> None:
+def test_the_products_shift_their_taps_unless_the_codec_options_say_gathered() -> None:
     from realtime_engine.talker.vllm_state import gemm_taps_option
 
-    assert gemm_taps_option({}) == "gathered"
+    assert gemm_taps_option({}) == "shifted"
     assert gemm_taps_option({"gemm_taps": "gathered"}) == "gathered"
     assert gemm_taps_option({"gemm_taps": "shifted"}) == "shifted"
     for bad in (None, True, "shift", 1, ["shifted"]):
@@ -185,10 +185,12 @@ def test_the_products_gather_their_taps_unless_the_codec_options_say_shifted() -
             gemm_taps_option({"gemm_taps": bad})
 
 
-def test_the_fused_units_are_off_unless_the_codec_options_say_true() -> None:
+def test_the_fused_units_go_by_the_device_unless_the_codec_options_say() -> None:
     from realtime_engine.talker.vllm_state import fused_units_option
 
-    assert fused_units_option({}) is False
+    assert fused_units_option({}) == "auto"
+    assert fused_units_option({"fused_units": "auto"}) == "auto"
+    assert fused_units_option({"fused_units": False}) is False
     assert fused_units_option({"fused_units": True}) is True
     assert fused_units_option({"fused_units": "activation"}) == "activation"
     assert fused_units_option({"fused_units": "narrow"}) == "narrow"

@@ -35,7 +35,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from bench.gpu.kernel_kinds import by_kind, load_events, render
 from bench.gpu.random_codec import random_codec
-from realtime_engine.codec.causal import DEFAULT_GEMM_TAPS, GemmChannels
+from realtime_engine.codec.causal import GemmChannels
 from realtime_engine.codec.fused_unit import FusedUnits
 from realtime_engine.format import CODEC_COMPILE_MODES, CODEC_KERNELS, DEFAULT_CODEC_COMPILE_MODE
 from realtime_engine.talker.codec_slots import CodecSlots
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         gemm_channels=gemm_channels or None,
         compile_mode=args.compile_mode,
         fused_units=FUSED_UNITS_BY_FLAG[args.fused_units],
-        gemm_taps="shifted" if args.shifted_taps else DEFAULT_GEMM_TAPS,
+        gemm_taps="shifted" if args.shifted_taps else "gathered",
     )
     taken = slots.stream_codec.layers.gemm_channels
     slots.warm_up()  # compiles (compiled kernels); no graphs: every kernel shows

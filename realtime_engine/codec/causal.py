@@ -118,7 +118,7 @@ def _conv_delay(conv: nn.Conv1d) -> int:
 # How the products take their taps (CausalDac's ``gemm_taps``).
 GemmTaps = Literal["gathered", "shifted"]
 GEMM_TAPS_VALUES: Final = ("gathered", "shifted")
-DEFAULT_GEMM_TAPS: Final[GemmTaps] = "gathered"
+DEFAULT_GEMM_TAPS: Final[GemmTaps] = "shifted"
 
 
 class CausalDac:
@@ -133,12 +133,12 @@ class CausalDac:
     (:func:`conv1d_as_gemm`) instead of through cuDNN, whose float16 kernels
     for the first block's dilated convolutions, at a step's few samples per
     slot, are a slow generic fallback; None (the default): none do.
-    ``gemm_taps``: how those products take their taps: ``"gathered"`` (the
-    default; :func:`conv1d_as_gemm`, one product over a copy of every tap) or
-    ``"shifted"`` (:func:`conv1d_as_shifted_gemms`, one product per tap over
+    ``gemm_taps``: how those products take their taps: ``"shifted"`` (the
+    default; :func:`conv1d_as_shifted_gemms`, one product per tap over
     shifted views of the input, with no gathered copy, wherever that computes
     at most :data:`SHIFTED_MAX_HISTORY` times the outputs' rows again; the
-    rest stay gathered); an experiment until measured.
+    rest stay gathered) or ``"gathered"`` (:func:`conv1d_as_gemm`, one product
+    over a copy of every tap everywhere).
     ``fused_units``: a step runs each residual unit of up to
     :data:`~realtime_engine.codec.fused_unit.FUSED_CHANNELS` channels as one
     Triton kernel (:func:`~realtime_engine.codec.fused_unit.fused_residual`; CUDA,
@@ -148,7 +148,8 @@ class CausalDac:
     input channels starts with its activation and transposed convolution as one
     kernel (:func:`~realtime_engine.codec.fused_upsample.fused_upsample`), and
     the output layer is one too (:func:`~realtime_engine.codec.fused_output.fused_output`);
-    an experiment until measured, off by default."""
+    off here; :class:`~realtime_engine.codec.stream_core.StreamingCodec` fuses
+    every narrow layer on CUDA by default."""
 
     def __init__(
         self,

@@ -40,7 +40,11 @@ from realtime_engine.codec.causal import (
 )
 from realtime_engine.codec.decoder import CodecDecoder
 from realtime_engine.codec.errors import CodecInputError
-from realtime_engine.codec.fused_unit import FusedUnits
+from realtime_engine.codec.fused_unit import (
+    DEFAULT_FUSED_UNITS,
+    FusedUnitsOption,
+    resolve_fused_units,
+)
 
 Slots = torch.Tensor | Sequence[int]
 
@@ -67,13 +71,15 @@ class StreamingCodec:
         fused: bool = False,
         channels_last: bool = False,
         gemm_channels: GemmChannels = "auto",
-        fused_units: FusedUnits = False,
+        fused_units: FusedUnitsOption = DEFAULT_FUSED_UNITS,
         gemm_taps: GemmTaps = DEFAULT_GEMM_TAPS,
     ) -> None:
         """``fused``, ``channels_last``, ``gemm_channels``, ``fused_units``, ``gemm_taps``: see
         :class:`~realtime_engine.codec.causal.CausalDac`; ``"auto"`` (the default)
-        chooses by the weights' type
-        (:func:`~realtime_engine.codec.causal.resolve_gemm_channels`)."""
+        chooses ``gemm_channels`` by the weights' type
+        (:func:`~realtime_engine.codec.causal.resolve_gemm_channels`) and
+        ``fused_units`` by the device
+        (:func:`~realtime_engine.codec.fused_unit.resolve_fused_units`)."""
         if max_slots < 1:
             raise ValueError(f"max_slots must be >= 1; got {max_slots}")
         if device is not None and torch.device(device) != codec.device:
@@ -86,7 +92,7 @@ class StreamingCodec:
             fused=fused,
             channels_last=channels_last,
             gemm_channels=resolve_gemm_channels(gemm_channels, codec.half_weights),
-            fused_units=fused_units,
+            fused_units=resolve_fused_units(fused_units, codec.device),
             gemm_taps=gemm_taps,
         )
         self.max_slots = max_slots

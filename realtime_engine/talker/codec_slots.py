@@ -50,7 +50,7 @@ import torch
 
 from realtime_engine.codec.causal import DEFAULT_GEMM_TAPS, GemmChannels, GemmTaps
 from realtime_engine.codec.decoder import CodecDecoder
-from realtime_engine.codec.fused_unit import FusedUnits
+from realtime_engine.codec.fused_unit import DEFAULT_FUSED_UNITS, FusedUnitsOption
 from realtime_engine.codec.kernel_launch import build_launches, deferred_launches
 from realtime_engine.codec.stream_core import StreamingCodec
 from realtime_engine.format import (
@@ -115,7 +115,7 @@ class CodecSlots:
         gemm_channels: GemmChannels = "auto",
         compile_mode: str = DEFAULT_CODEC_COMPILE_MODE,
         frame_counts: Sequence[int] = (1,),
-        fused_units: FusedUnits = False,
+        fused_units: FusedUnitsOption = DEFAULT_FUSED_UNITS,
         gemm_taps: GemmTaps = DEFAULT_GEMM_TAPS,
     ) -> None:
         """``bucket_tails``: run tails padded to the step's batch buckets, from
@@ -132,8 +132,9 @@ class CodecSlots:
         frames a slot may take in one :meth:`step` (each count a step of its own,
         captured per bucket; 1 is always one of them). ``fused_units``: the narrow
         residual units as one Triton kernel each, and with ``"narrow"`` every narrow
-        layer (CausalDac's; an experiment, off). ``gemm_taps``: how the products take
-        their taps (CausalDac's; shifted views are an experiment, off)."""
+        layer (CausalDac's; by default every narrow layer on CUDA, none elsewhere,
+        :func:`~realtime_engine.codec.fused_unit.resolve_fused_units`). ``gemm_taps``:
+        how the products take their taps (CausalDac's; shifted views by default)."""
         if stream_priority not in CODEC_STREAM_PRIORITIES:
             raise ValueError(
                 f"codec stream priority must be one of {CODEC_STREAM_PRIORITIES};"

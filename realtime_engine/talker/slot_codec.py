@@ -41,7 +41,7 @@ import torch
 
 from realtime_engine.codec.causal import DEFAULT_GEMM_TAPS, GemmChannels, GemmTaps
 from realtime_engine.codec.decoder import CodecDecoder
-from realtime_engine.codec.fused_unit import FusedUnits
+from realtime_engine.codec.fused_unit import DEFAULT_FUSED_UNITS, FusedUnitsOption
 from realtime_engine.codec.presets import next_chunk_frames, validate_chunking
 from realtime_engine.format import (
     DEFAULT_CODEC_COMPILE_MODE,
@@ -121,7 +121,7 @@ class SlotCodec:
     ``compile_mode``: see :class:`CodecSlots`; ``frames_per_call``: the most frames
     a slot steps in one codec call
     (:data:`~realtime_engine.format.DEFAULT_CODEC_FRAMES_PER_CALL`);
-    ``fused_units``, ``gemm_taps``: see :class:`CodecSlots` (experiments, off)."""
+    ``fused_units``, ``gemm_taps``: see :class:`CodecSlots`."""
 
     def __init__(
         self,
@@ -135,7 +135,7 @@ class SlotCodec:
         gemm_channels: GemmChannels = "auto",
         compile_mode: str = DEFAULT_CODEC_COMPILE_MODE,
         frames_per_call: int = DEFAULT_CODEC_FRAMES_PER_CALL,
-        fused_units: FusedUnits = False,
+        fused_units: FusedUnitsOption = DEFAULT_FUSED_UNITS,
         gemm_taps: GemmTaps = DEFAULT_GEMM_TAPS,
     ) -> None:
         self.frames_per_call = frames_per_call

@@ -60,7 +60,7 @@ import torch
 
 from realtime_engine.codec.causal import DEFAULT_GEMM_TAPS, GemmChannels, GemmTaps
 from realtime_engine.codec.decoder import CodecDecoder
-from realtime_engine.codec.fused_unit import FusedUnits
+from realtime_engine.codec.fused_unit import DEFAULT_FUSED_UNITS, FusedUnitsOption
 from realtime_engine.format import (
     DEFAULT_CODEC_COMPILE_MODE,
     DEFAULT_CODEC_FRAMES_PER_CALL,
@@ -193,7 +193,7 @@ class VllmAudio:
         gemm_channels: GemmChannels = "auto",
         compile_mode: str = DEFAULT_CODEC_COMPILE_MODE,
         frames_per_call: int = DEFAULT_CODEC_FRAMES_PER_CALL,
-        fused_units: FusedUnits = False,
+        fused_units: FusedUnitsOption = DEFAULT_FUSED_UNITS,
         gemm_taps: GemmTaps = DEFAULT_GEMM_TAPS,
     ) -> None:
         """``step_event``: on CPU, where a step is complete when the host has it,
@@ -213,8 +213,8 @@ class VllmAudio:
         ``frames_per_call``: the most frames a slot steps in one codec call
         (:class:`~realtime_engine.talker.slot_codec.SlotCodec`). ``fused_units``:
         the codec's narrow residual units, or (``"narrow"``) all its narrow layers, as
-        one kernel each (an experiment, off). ``gemm_taps``: how the products take
-        their taps (CausalDac's; shifted views are an experiment, off)."""
+        one kernel each (by default all on CUDA, none elsewhere). ``gemm_taps``: how
+        the products take their taps (CausalDac's; shifted views by default)."""
         self._step_event = step_event
         self.codec = SlotCodec(
             codec,

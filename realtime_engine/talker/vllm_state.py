@@ -47,7 +47,11 @@ from realtime_engine.codec.causal import (
     GemmChannels,
     GemmTaps,
 )
-from realtime_engine.codec.fused_unit import FUSED_UNITS_VALUES, FusedUnits
+from realtime_engine.codec.fused_unit import (
+    DEFAULT_FUSED_UNITS,
+    FUSED_UNITS_VALUES,
+    FusedUnitsOption,
+)
 from realtime_engine.format import (
     DEFAULT_CODEC_COMPILE_MODE,
     DEFAULT_CODEC_FRAMES_PER_CALL,
@@ -318,8 +322,8 @@ def gemm_channels_option(codec_options: dict[str, Any]) -> GemmChannels:
 
 def gemm_taps_option(codec_options: dict[str, Any]) -> GemmTaps:
     """``additional_config["higgs_codec"]["gemm_taps"]``: how the codec's matrix
-    products take their taps, ``"gathered"`` (when unset) or ``"shifted"``
-    (:class:`~realtime_engine.codec.causal.CausalDac`; an experiment)."""
+    products take their taps, ``"shifted"`` (when unset) or ``"gathered"``
+    (:class:`~realtime_engine.codec.causal.CausalDac`)."""
     value = codec_options.get("gemm_taps", DEFAULT_GEMM_TAPS)
     if value not in GEMM_TAPS_VALUES:
         raise ValueError(
@@ -340,7 +344,7 @@ def frames_per_call_option(codec_options: dict[str, Any]) -> int:
     return int(value)
 
 
-def fused_units_option(codec_options: dict[str, Any]) -> FusedUnits:
+def fused_units_option(codec_options: dict[str, Any]) -> FusedUnitsOption:
     """``additional_config["higgs_codec"]["fused_units"]``: the codec's residual units
     of up to 64 channels as one Triton kernel each
     (:func:`~realtime_engine.codec.fused_unit.fused_residual`), after their first
@@ -349,13 +353,15 @@ def fused_units_option(codec_options: dict[str, Any]) -> FusedUnits:
     transposed convolution as one kernel
     (:func:`~realtime_engine.codec.fused_upsample.fused_upsample`), and the output
     layer is one too (:func:`~realtime_engine.codec.fused_output.fused_output`);
-    an experiment, off when unset."""
-    value = codec_options.get("fused_units", False)
-    for allowed in FUSED_UNITS_VALUES:  # (1 == True: compare types too)
+    unset or ``"auto"``: ``"narrow"`` on CUDA, none elsewhere
+    (:func:`~realtime_engine.codec.fused_unit.resolve_fused_units`)."""
+    value = codec_options.get("fused_units", DEFAULT_FUSED_UNITS)
+    for allowed in (*FUSED_UNITS_VALUES, "auto"):  # (1 == True: compare types too)
         if type(value) is type(allowed) and value == allowed:
             return allowed
     raise ValueError(
-        f'higgs_codec["fused_units"] must be true, false, "activation" or "narrow"; got {value!r}'
+        f'higgs_codec["fused_units"] must be "auto", true, false, "activation" or "narrow";'
+        f" got {value!r}"
     )
 
 

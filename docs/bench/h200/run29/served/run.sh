@@ -6,7 +6,9 @@
 #   "narrow"    so, and each narrow block's upsampling and the output layer as one kernel each;
 #   "narrowshift"   "narrow" and products over shifted taps (gemm_taps "shifted");
 #   "narrowshift4"  so, and four frames a slot in one codec call (frames_per_call 4);
-# or any of those with an "fp16" prefix (with --codec-precision fp16).
+# or any of those with an "fp16" prefix (with --codec-precision fp16);
+#   "tf32gathered"  the defaults before RESULTS.md section 40: a TF32 codec, no fused layers,
+#                   gathered taps (base is now float16, the narrow layers fused, shifted taps).
 # Run base and a variant in turn on one machine, LEVELS=64,128,256 (RESULTS.md sections 30
 # and 31).
 VARIANT=${VARIANT:-base}
@@ -20,13 +22,15 @@ case $variant in
 esac
 case $variant in
   base) options="" ;;
+  tf32gathered) serve_args="--codec-precision tf32"
+    options=$(codec_option '"fused_units": false, "gemm_taps": "gathered"') ;;
   units) options=$(codec_option '"fused_units": true') ;;
   unitsact) options=$(codec_option '"fused_units": "activation"') ;;
   narrow) options=$(codec_option '"fused_units": "narrow"') ;;
   narrowshift) options=$(codec_option '"fused_units": "narrow", "gemm_taps": "shifted"') ;;
   narrowshift4) options=$(codec_option \
     '"fused_units": "narrow", "gemm_taps": "shifted", "frames_per_call": 4') ;;
-  *) echo "unknown VARIANT $VARIANT (base, units, unitsact, narrow, narrowshift, narrowshift4;" \
+  *) echo "unknown VARIANT $VARIANT (base, tf32gathered, units, unitsact, narrow, narrowshift, narrowshift4;" \
     "each but base also with an fp16 prefix)" >&2; exit 2 ;;
 esac
 [ "$VARIANT" = fp16base ] && options=""

@@ -356,7 +356,8 @@ def fused_units_option(codec_options: dict[str, Any]) -> FusedUnitsOption:
     unset or ``"auto"``: ``"narrow"`` on CUDA, none elsewhere
     (:func:`~realtime_engine.codec.fused_unit.resolve_fused_units`)."""
     value = codec_options.get("fused_units", DEFAULT_FUSED_UNITS)
-    for allowed in (*FUSED_UNITS_VALUES, "auto"):  # (1 == True: compare types too)
+    allowed_values: tuple[FusedUnitsOption, ...] = (*FUSED_UNITS_VALUES, "auto")
+    for allowed in allowed_values:  # (1 == True: compare types too)
         if type(value) is type(allowed) and value == allowed:
             return allowed
     raise ValueError(

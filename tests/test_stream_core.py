@@ -117,7 +117,7 @@ def test_delay_is_the_right_paddings_summed_through_the_upsampling(
 LAYOUTS = {
     "conv1d": {},
     "channels_last": {"channels_last": True},
-    "gemm": {"gemm_channels": 1},
+    "gemm": {"gemm_channels": 1, "gemm_taps": "gathered"},
     "shifted": {"gemm_channels": 1, "gemm_taps": "shifted"},
 }
 
@@ -583,7 +583,7 @@ def test_shifted_taps_take_only_the_products_with_a_short_history(codec32: Codec
     # tap. A step of 2 frames: the first convolution (6 samples of history for 2
     # outputs) and the first block's last unit (54 for 16) stay gathered; every
     # later convolution wider than a tap is shifted.
-    gathered = StreamingCodec(codec32, 2, gemm_channels=1)
+    gathered = StreamingCodec(codec32, 2, gemm_channels=1, gemm_taps="gathered")
     shifted = StreamingCodec(codec32, 2, gemm_channels=1, gemm_taps="shifted")
     codes = torch.randint(0, 1024, (2, 8, 2))
     counts, audio = [], []

@@ -7,7 +7,7 @@ the launches deferred (:mod:`realtime_engine.codec.kernel_launch`), so no
 kernel runs. Then builds each distinct kernel for sm_90 (Hopper) with Triton's
 own compiler and ptxas, one at a time, timing each; then all of them again
 from scratch on ``--threads`` threads, as the engine's warm-up builds them.
-Products in TF32, as the served default; pointers typed as the step's
+Products in TF32 (the served codec is float16 by default); pointers typed as the step's
 tensors. Writes ``$OUT/kernel_build_time.json``; ``--tiny`` the tiny codec.
 
     python -m bench.gpu.kernel_build_time [--fused-units narrow] [--threads 16]

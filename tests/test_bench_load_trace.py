@@ -222,8 +222,8 @@ def test_the_timeline_tells_overlap_and_idle_apart() -> None:
         {"stream": "21", "busy_us": 300.0, "hidden_us": 200.0},
     ]
     text = device_report(device_time(events), steps=1)
-    assert "device busy (any stream) 1.0 ms = 91% of the span" in text
-    assert "21 | 0.30 | 0.20 | 67%" in text
+    assert "device busy (any stream) 1.0 ms = 91% of the span; idle 0.1 ms = 9%" in text
+    assert "21 | 0.3 | 27% | 0.2 | 67%" in text
 
 
 def test_kernels_of_one_stream_that_touch_are_not_counted_twice() -> None:

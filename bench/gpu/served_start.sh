@@ -11,7 +11,7 @@ RUN_TAG=$TAG SERVE_ARGS="${SERVE_ARGS:-}" TALKER_OPTIONS="${TALKER_OPTIONS:-}" \
   PRESETS=latency,exact LEVELS=${LEVELS:-64,128,256} HTTP_LEVELS= SWEEP_DURATION=15 \
   PROFILE_LEVELS= bash bench/gpu/run_h200.sh > "$OUT/run_$TAG.log" 2>&1
 echo "rc=$?"; grep -v "^\s*$" "$OUT/run_$TAG.log" | grep -v "^|" | tail -22
-grep -h "torch.compile took\|compiled the codec\|ready in\|float16 is" \
+grep -h "torch.compile took\|the codec\|the code sampler\|ready in\|float16 is" \
   "/root/h200_work/results_$TAG/server_"*.log 2>/dev/null | cut -c1-200 | head
 # Keep what comes back small (the machine goes back 30 s after a call): every level's
 # figures without the per-stream lists, and the archive without the sweeps' raw JSON.

@@ -298,6 +298,7 @@ class CodecSlots:
         torch.cuda.current_stream(self.device).wait_stream(side)
         if not self._want_graphs:
             return
+        started = time.perf_counter()
         try:
             pool = torch.cuda.graph_pool_handle()
             for n in reversed(self.frame_counts):  # largest first: the rest reuse its pool
@@ -321,11 +322,12 @@ class CodecSlots:
             raise CodecCaptureError(f"capturing the codec step as CUDA graphs failed: {e}") from e
         logger.info(
             "captured the codec step of %s frames for batch sizes %s, its tails of %s samples"
-            " for %s",
+            " for %s, in %.1f s",
             list(self.frame_counts),
             self._sizes,
             self._tail_lengths,
             self._tail_sizes if self._bucket_tails else [],
+            time.perf_counter() - started,
         )
 
     # -- per stream ------------------------------------------------------------------

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterator
 
 import torch
@@ -153,10 +154,23 @@ class PaddedStepGraphs:
         self._logits = torch.zeros(self._sizes[-1], width, dtype=dtype, device=self._device)
         self._slots.fill_(self._pad_slot)
         self._seq_lens.zero_()
+        started = time.perf_counter()
         if self.compiled:
             self._trace()
         if self._capture_graphs:
             self._capture()
+        done = [
+            word
+            for word, did in (("compiled", self.compiled), ("captured", self._capture_graphs))
+            if did
+        ]
+        if done:  # start-up time: a cold start's log says where it went
+            logger.info(
+                "%s the code sampler for batch sizes %s in %.1f s",
+                " and ".join(done),
+                self._sizes,
+                time.perf_counter() - started,
+            )
 
     def _warm_up(self, *, eager_first: bool = False) -> None:
         """Run the largest and smallest bucket once (on CUDA on a side stream, as
@@ -206,7 +220,6 @@ class PaddedStepGraphs:
             with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
                 outputs = self._run(size)
             self._graphs[size] = (graph, outputs)
-        logger.info("captured the code sampler for batch sizes %s", self._sizes)
 
     def _run(self, size: int) -> tuple[torch.Tensor, ...]:
         assert self._logits is not None

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Callable
+import logging
+import re
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -37,6 +39,21 @@ MAX_SLOTS = 6
 MAX_LEN = 96
 AUDIO_TOKEN, EOS_TOKEN = 7, 3
 WIDTH = NUM_CODEBOOKS * CODEBOOK_VOCAB
+
+
+@pytest.fixture
+def start_up_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
+    """The sampler's start-up lines (its logger is under vLLM's, which may not
+    propagate to the root logger that ``caplog`` watches)."""
+    log = logging.getLogger("vllm.plugins.higgs_talker.sampler_graphs")
+    log.addHandler(caplog.handler)
+    level = log.level
+    log.setLevel(logging.INFO)
+    try:
+        yield caplog
+    finally:
+        log.removeHandler(caplog.handler)
+        log.setLevel(level)
 
 
 def make_args(
@@ -299,9 +316,12 @@ def test_the_compiled_sampler_draws_the_eager_rows_from_one_trace() -> None:
     assert counters["stats"]["unique_graphs"] - traced == 1
 
 
-def test_a_sampler_the_compiler_cannot_trace_runs_eagerly() -> None:
+def test_a_sampler_the_compiler_cannot_trace_runs_eagerly(
+    start_up_log: pytest.LogCaptureFixture,
+) -> None:
     """A compiler failure costs speed, not the engine: the runner falls back to the
-    eager step (and its full set of buckets) and still gives the eager rows."""
+    eager step (and its full set of buckets) and still gives the eager rows; the
+    start-up log does not claim a compiled sampler."""
     eager = fresh_slots()
     fallback = copy.deepcopy(eager)
 
@@ -318,16 +338,22 @@ def test_a_sampler_the_compiler_cannot_trace_runs_eagerly() -> None:
     seq_lens = eager.prefill_len[idx]
     got = runner(logits, idx, seq_lens)
     assert not runner.compiled and 1 in runner.sizes
+    assert not any(
+        "compiled" in r.getMessage() for r in start_up_log.records if r.levelno == logging.INFO
+    )
     assert got is not None
     for x, y in zip(eager.step(logits, idx, seq_lens), got, strict=True):
         assert torch.equal(x, y)
     assert_same_state(eager, fallback)
 
 
-def test_the_compiled_sampler_is_traced_after_one_eager_step() -> None:
+def test_the_compiled_sampler_is_traced_after_one_eager_step(
+    start_up_log: pytest.LogCaptureFixture,
+) -> None:
     """The step's cached constants (the noise lanes) exist before the trace, so the
     trace reads them as tensors (traced from scratch, their ``arange + 64-bit
-    constant`` fails Triton's compiler, whose arange is 32-bit)."""
+    constant`` fails Triton's compiler, whose arange is 32-bit). The start-up log
+    says what was done and how long it took."""
     from realtime_engine.talker import vllm_sampling
 
     vllm_sampling._LANES.clear()
@@ -345,6 +371,11 @@ def test_the_compiled_sampler_is_traced_after_one_eager_step() -> None:
     assert runner(torch.randn(1, WIDTH), torch.tensor([0]), slots.prefill_len[:1]) is not None
     assert runner.compiled
     assert seen[0] == 0 and len(vllm_sampling._LANES) == 1  # eager ran first, built the lanes
+    lines = [r.getMessage() for r in start_up_log.records]
+    assert any(
+        re.fullmatch(r"compiled the code sampler for batch sizes \[.*\] in \d+\.\d s", line)
+        for line in lines
+    ), lines
 
 
 def test_admitting_stopping_and_releasing_a_slot_copy_nothing_from_the_host() -> None:

@@ -11,7 +11,13 @@ from torch._inductor import config as inductor_config
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from realtime_engine.talker.codec_slots import CodecSlots
-from realtime_engine.talker.compile_workers import default_compile_workers, parallel_compile
+from realtime_engine.talker.compile_workers import (
+    COMPILE_PHASES,
+    compile_phase_seconds,
+    default_compile_workers,
+    describe_compile_phases,
+    parallel_compile,
+)
 
 
 class CompileThreads(CustomGraphPass):
@@ -55,3 +61,33 @@ def test_parallel_compile_restores_the_setting_when_the_block_fails() -> None:
 
 def test_the_default_is_a_worker_per_core_up_to_inductors_cap() -> None:
     assert 1 <= default_compile_workers() <= 32
+
+
+def test_a_warm_ups_compile_phases_are_the_difference_of_two_readings() -> None:
+    """The codec's start-up line says where its compile went: the phases grow by
+    what one compile between the two readings cost, Dynamo's and Inductor's alike."""
+    torch._dynamo.reset()
+    before = compile_phase_seconds()
+    assert set(before) == set(COMPILE_PHASES)
+    with inductor_config.patch(fx_graph_cache=False):
+        compiled = torch.compile(lambda x: (x * 2.0).sin() + 1.0, fullgraph=True)
+        compiled(torch.randn(8))
+    after = compile_phase_seconds()
+    spent = {phase: after[phase] - before[phase] for phase in COMPILE_PHASES}
+    assert spent["dynamo"] > 0 and spent["inductor"] > 0 and spent["aot"] >= spent["inductor"]
+    assert all(seconds >= 0 for seconds in spent.values())
+    line = describe_compile_phases(before, after)
+    assert line.split(", ")[0] == f"dynamo {spent['dynamo']:.1f} s"
+    assert [part.split()[0] for part in line.split(", ")] == list(COMPILE_PHASES)
+
+
+def test_compile_phases_read_as_zeros_where_torch_keeps_no_counters(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import torch._dynamo.utils as dynamo_utils
+
+    def no_counters(repr: str = "str", aggregate: bool = False) -> None:
+        raise AttributeError("no compile counters in this torch")
+
+    monkeypatch.setattr(dynamo_utils, "compile_times", no_counters)
+    assert compile_phase_seconds() == dict.fromkeys(COMPILE_PHASES, 0.0)

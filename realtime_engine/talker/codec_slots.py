@@ -66,7 +66,11 @@ from realtime_engine.format import (
     PRESETS,
     resolve_codec_kernels,
 )
-from realtime_engine.talker.compile_workers import parallel_compile
+from realtime_engine.talker.compile_workers import (
+    compile_phase_seconds,
+    describe_compile_phases,
+    parallel_compile,
+)
 from realtime_engine.talker.host_uploads import HostUploads
 from realtime_engine.talker.stream_switch import OnStream, device_index
 from realtime_engine.talker.vllm_sampler_graphs import bucket_sizes
@@ -245,13 +249,15 @@ class CodecSlots:
         with torch.inference_mode(), self.stream_codec.codec.compute_context():
             for n in self.frame_counts:
                 self._advance(self._slot_in[:1], self._codes_in[n][:1])
+        phases = compile_phase_seconds()
         with parallel_compile(self._compile_workers) as workers:
             started = time.perf_counter()
             self._warm_up()
         logger.info(
-            "compiled the codec step and tail with %d compile workers in %.1f s",
+            "compiled the codec step and tail with %d compile workers in %.1f s (%s)",
             workers,
             time.perf_counter() - started,
+            describe_compile_phases(phases, compile_phase_seconds()),
         )
 
     def _build_fused_kernels(self) -> None:

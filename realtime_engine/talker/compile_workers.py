@@ -79,7 +79,9 @@ def compile_phase_seconds() -> dict[str, float]:
         table = compile_times(repr="csv", aggregate=True)
         if isinstance(table, tuple):
             names, values = table
-            totals = {name: float(value) for name, value in zip(names, values, strict=True)}
+            totals = {
+                str(name): float(str(value)) for name, value in zip(names, values, strict=True)
+            }
     except Exception:  # a torch without these counters: the log goes without them
         totals = {}
     return {phase: totals.get(name, 0.0) for phase, name in COMPILE_PHASES.items()}

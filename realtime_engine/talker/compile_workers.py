@@ -83,10 +83,10 @@ def compile_phase_seconds() -> dict[str, float]:
                 str(name): float(str(value)) for name, value in zip(names, values, strict=True)
             }
     except Exception:  # a torch without these counters: the log goes without them
-        totals = {}
+        pass
     return {phase: totals.get(name, 0.0) for phase, name in COMPILE_PHASES.items()}
 
 
 def describe_compile_phases(before: dict[str, float], after: dict[str, float]) -> str:
     """``"dynamo 4.4 s, aot 10.1 s, …"``: where a warm-up's compile went."""
-    return ", ".join(f"{phase} {after[phase] - before.get(phase, 0.0):.1f} s" for phase in after)
+    return ", ".join(f"{phase} {after[phase] - before[phase]:.1f} s" for phase in after)

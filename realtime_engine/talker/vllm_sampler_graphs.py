@@ -159,15 +159,15 @@ class PaddedStepGraphs:
             self._trace()
         if self._capture_graphs:
             self._capture()
-        done = [
+        done = " and ".join(
             word
             for word, did in (("compiled", self.compiled), ("captured", self._capture_graphs))
             if did
-        ]
+        )
         if done:  # start-up time: a cold start's log says where it went
             logger.info(
                 "%s the code sampler for batch sizes %s in %.1f s",
-                " and ".join(done),
+                done,
                 self._sizes,
                 time.perf_counter() - started,
             )

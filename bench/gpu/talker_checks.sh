@@ -7,7 +7,8 @@
 #   1. bench.talker_sampler_step  the sampler's stages and its whole step: eager, graph, compiled graph (no vLLM)
 #   2. bench.talker_vllm_check    tiny checkpoint through vLLM: graphs (vLLM's and the sampler's)
 #                                 vs eager, greedy and seeded-sampled rows; greedy vs the reference
-#   3. bench.talker_step          decode step time of the talker at real size (dummy weights)
+#   3. bench.talker_step          decode step time of the talker at real size (dummy weights);
+#                                 STEP_MODELS=qwen3,higgs adds plain vLLM's Qwen3-4B shape beside it
 #   5. bench.talker_step          (CHECKS=audio_step) the same steps with every request asking for
 #                                 audio: talker + the codec beside it (the random full checkpoint)
 #   4. bench.gpu.voice_prefill    (opt-in: CHECKS=voice) prefill and TTFA vs voice-reference length
@@ -15,7 +16,7 @@
 # The sampler graphs are on in every CUDA engine (vLLM's enforce_eager turns them off), so check 2
 # compares the default engine with an eager one. Results: $OUT/talker_checks.tar.gz and the JSON files.
 # Environment: OUT [/tmp/h200_out]  SITE [/root/site]  WORK [/root/h200_work]  PYTHON [python3]
-#   STEP_BATCHES [1,16,64,256] ("" skips check 3)  SAMPLER_BATCHES [1,16,64,256,384]
+#   STEP_BATCHES [1,16,64,256] ("" skips check 3)  STEP_MODELS [higgs]  SAMPLER_BATCHES [1,16,64,256,384]
 #   CODEC_BATCHES [1,16,64,128]  CHECKS [codec,sampler,rows,step]: which of 0-3 to run
 set -u -o pipefail
 OUT=${OUT:-/tmp/h200_out}
@@ -26,6 +27,7 @@ STEP_BATCHES=${STEP_BATCHES-1,16,64,256}
 SAMPLER_BATCHES=${SAMPLER_BATCHES:-1,16,64,256,384}
 CODEC_BATCHES=${CODEC_BATCHES:-1,16,64,128,256}
 AUDIO_STEP_BATCHES=${AUDIO_STEP_BATCHES:-1,64,256}
+STEP_MODELS=${STEP_MODELS:-higgs}
 CKPT=${CKPT:-/root/higgs_v3_random}
 CHECKS=${CHECKS:-codec,sampler,rows,step}
 want() { [[ ",$CHECKS," == *",$1,"* ]]; }
@@ -66,7 +68,7 @@ fi
 
 if want step && [ -n "$STEP_BATCHES" ]; then
   say "talker decode step at real size"
-  "$PY" -m bench.talker_step --models higgs --batches "$STEP_BATCHES" \
+  "$PY" -m bench.talker_step --models "$STEP_MODELS" --batches "$STEP_BATCHES" \
     --out "$RES" > "$RES/talker_step.log" 2>&1
   if [ -f "$RES/talker_step.json" ]; then cat "$RES/talker_step.json"; else tail -n 30 "$RES/talker_step.log"; fi
 fi

@@ -1,7 +1,11 @@
 """The compiled codec's warm-up compiles in parallel even where vLLM pinned Inductor
-to one thread, and leaves vLLM's setting and no compile workers behind."""
+to one thread, and leaves vLLM's setting and no compile workers behind; the plugin's
+compiles cache their code in a folder of their own and leave vLLM's in place."""
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,10 +16,12 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from realtime_engine.talker.codec_slots import CodecSlots
 from realtime_engine.talker.compile_workers import (
+    CACHE_DIR_VARIABLES,
     COMPILE_PHASES,
     compile_phase_seconds,
     default_compile_workers,
     describe_compile_phases,
+    own_compile_cache,
     parallel_compile,
 )
 
@@ -91,3 +97,49 @@ def test_compile_phases_read_as_zeros_where_torch_keeps_no_counters(
 
     monkeypatch.setattr(dynamo_utils, "compile_times", no_counters)
     assert compile_phase_seconds() == dict.fromkeys(COMPILE_PHASES, 0.0)
+
+
+def test_own_compile_cache_holds_the_code_compiled_inside_and_gives_vllms_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    vllms = tmp_path / "vllm" / "inductor_cache"  # what vLLM leaves in its engine core
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(vllms))
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    own = tmp_path / "plugin"
+
+    def scaled(x: torch.Tensor) -> torch.Tensor:
+        return torch.sin(x) * 3.0 + 1.0
+
+    torch._dynamo.reset()
+    with own_compile_cache(own):
+        assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(own / "inductor_cache")
+        assert os.environ["TRITON_CACHE_DIR"] == str(own / "triton_cache")
+        x = torch.linspace(0, 1, 16)
+        torch.testing.assert_close(torch.compile(scaled, fullgraph=True)(x), scaled(x))
+    assert [p for p in (own / "inductor_cache" / "fxgraph").rglob("*") if p.is_file()]
+    assert not vllms.exists()  # nothing of it went to vLLM's folder
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(vllms)
+    assert "TRITON_CACHE_DIR" not in os.environ  # unset before, unset after
+
+
+def test_own_compile_cache_restores_the_environment_when_the_block_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/vllm/inductor")
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/vllm/triton")
+    with pytest.raises(RuntimeError, match="boom"), own_compile_cache(tmp_path):
+        raise RuntimeError("boom")
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/vllm/inductor"
+    assert os.environ["TRITON_CACHE_DIR"] == "/vllm/triton"
+
+
+def test_own_compile_cache_leaves_vllms_where_its_folder_cannot_be_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/vllm/inductor")
+    blocked = tmp_path / "a_file"
+    blocked.write_text("not a folder")
+    before = {name: os.environ.get(name) for name in CACHE_DIR_VARIABLES}
+    for root in (blocked / "cache", None):  # unwritable; or no folder of its own wanted
+        with own_compile_cache(root):
+            assert {name: os.environ.get(name) for name in CACHE_DIR_VARIABLES} == before

@@ -40,8 +40,16 @@ NEW_TOKENS = 24
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_checkpoint: Path) -> Iterator[tuple[Any, LoopThread]]:
-    with running_engine(tiny_checkpoint, codec_kernels="compiled") as engine:
+def cache_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """vLLM's cache root for this module's engine: empty at its start."""
+    return tmp_path_factory.mktemp("vllm_cache")
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_checkpoint: Path, cache_root: Path) -> Iterator[tuple[Any, LoopThread]]:
+    with running_engine(
+        tiny_checkpoint, env={"VLLM_CACHE_ROOT": str(cache_root)}, codec_kernels="compiled"
+    ) as engine:
         yield engine
 
 
@@ -94,3 +102,14 @@ def test_a_preempted_request_resumes_its_compiled_codec_state(
 
     for got, r in zip(loops.run(together(), timeout=900), rows, strict=True):
         assert_close_to_peak(got, offline_audio(checkpoint_codec, r))
+
+
+def test_the_compiled_codec_caches_its_code_apart_from_vllms_configuration(
+    engine: tuple[Any, LoopThread], cache_root: Path
+) -> None:
+    """vLLM names its compile cache by the hash of every engine argument; the codec's
+    code goes to a folder of the plugin's own, so a changed argument that the codec
+    does not depend on does not compile it again."""
+    own = cache_root / "higgs_audio_v3" / "torch_compile_cache"
+    graphs = [p for p in (own / "inductor_cache" / "fxgraph").rglob("*") if p.is_file()]
+    assert graphs, f"no compiled graph cached under {own}"

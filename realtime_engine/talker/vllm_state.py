@@ -29,6 +29,7 @@ import dataclasses
 import logging
 import sys
 from collections import OrderedDict
+from pathlib import Path
 from typing import Any, cast
 
 import torch
@@ -59,6 +60,7 @@ from realtime_engine.format import (
     DEFAULT_CODEC_STREAM_PRIORITY,
     frame_counts,
 )
+from realtime_engine.talker.compile_workers import own_compile_cache
 from realtime_engine.talker.vllm_audio import VllmAudio
 from realtime_engine.talker.vllm_protocol import SAMPLER_CONFIG_KEY, TalkerArgs
 from realtime_engine.talker.vllm_publish import RowPublisher
@@ -131,7 +133,7 @@ class HiggsModelState(DefaultModelState):
             else None
         )
         self._sends_audio = first_rank
-        self._codec_warm = False
+        self._warm = False
         self._graphs = (
             PaddedStepGraphs(
                 self.slots.step,
@@ -267,10 +269,17 @@ class HiggsModelState(DefaultModelState):
         the row was a real step, both ``[B]`` (see :meth:`TalkerSlots.step`).
         Everything up to the row copy-out runs on the device; the host only
         routes rows to their destinations."""
-        if self.audio is not None and not self._codec_warm:
-            # The first call is vLLM's start-up profiling run.
-            self._codec_warm = True
-            self.audio.warm_up()
+        if not self._warm:
+            # The first call is vLLM's start-up profiling run: the codec and the
+            # sampler compile and capture here, into a cache of their own.
+            self._warm = True
+            with own_compile_cache(plugin_compile_cache()):
+                if self.audio is not None:
+                    self.audio.warm_up()
+                return self._sample(logits, input_batch)
+        return self._sample(logits, input_batch)
+
+    def _sample(self, logits: torch.Tensor, input_batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
         b = input_batch.num_reqs
         logits = logits[:b]
         slots = input_batch.idx_mapping[:b]
@@ -380,6 +389,17 @@ def switch_interval_option(codec_options: dict[str, Any]) -> float | None:
             f'higgs_codec["switch_interval_ms"] must be a number from 0.05 to 100; got {value!r}'
         )
     return float(value)
+
+
+def plugin_compile_cache() -> Path | None:
+    """Where the codec's and the sampler's compiles cache their code: under vLLM's
+    cache root, one folder for every engine configuration (None where vLLM's compile
+    cache is turned off; :func:`~realtime_engine.talker.compile_workers.own_compile_cache`)."""
+    from vllm import envs
+
+    if envs.VLLM_DISABLE_COMPILE_CACHE:
+        return None
+    return Path(envs.VLLM_CACHE_ROOT) / "higgs_audio_v3" / "torch_compile_cache"
 
 
 def sampler_compiled(vllm_config: VllmConfig) -> bool:

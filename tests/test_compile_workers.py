@@ -143,3 +143,21 @@ def test_own_compile_cache_leaves_vllms_where_its_folder_cannot_be_made(
     for root in (blocked / "cache", None):  # unwritable; or no folder of its own wanted
         with own_compile_cache(root):
             assert {name: os.environ.get(name) for name in CACHE_DIR_VARIABLES} == before
+
+
+def test_a_second_codec_compiles_from_the_first_ones_cached_graph() -> None:
+    """A start compiles the same codec in a new process, with every module at a new
+    address: the compiled step's inputs must be named the same way, or AOTAutograd's
+    cache misses and each start traces the whole step again (RESULTS.md section 42)."""
+    from torch._dynamo.utils import counters
+
+    def compile_one() -> dict[str, int]:
+        torch._dynamo.reset()
+        counters.clear()
+        CodecSlots(random_tiny_codec(), 2, kernels="compiled", compile_workers=1).warm_up()
+        return dict(counters["aot_autograd"])
+
+    compile_one()  # cached now, if it was not already
+    second = compile_one()
+    assert second.get("autograd_cache_hit", 0) >= 1, second
+    assert "autograd_cache_miss" not in second, second

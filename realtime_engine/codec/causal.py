@@ -174,22 +174,26 @@ class CausalDac:
         self.gemm_channels = gemm_channels
         self.gemm_taps = gemm_taps
         self.fused_units = fused_units
+        # The caches below are keyed by each module's name in ``dac``, not its id():
+        # a compiled step reads them by key, the key names the compiled graph's
+        # inputs, and torch.compile's cache misses on an id, new in every process.
+        self._names = {id(module): name for name, module in dac.named_modules()}
         # each fused residual unit's and block's weights in its kernel's layout, by module
-        self._unit_weights: dict[int, UnitWeights] = {}
-        self._upsample_weights: dict[int, UpsampleWeights] = {}
+        self._unit_weights: dict[str, UnitWeights] = {}
+        self._upsample_weights: dict[str, UpsampleWeights] = {}
         self._output_weights: OutputWeights | None = None
         # per (module, side): a convolution's (side 0) or a folded unit's conv1 and
         # conv2 (sides 1, 2) channels-last weight; modules live as long as this view
-        self._nhwc: dict[tuple[int, int], torch.Tensor] = {}
+        self._nhwc: dict[tuple[str, int], torch.Tensor] = {}
         # the same keys: a product's weight as [K, I, O], one matrix per tap
-        self._tap_weights: dict[tuple[int, int], torch.Tensor] = {}
+        self._tap_weights: dict[tuple[str, int], torch.Tensor] = {}
         # 1 / alpha per activation, by module
-        self._inverses: dict[int, torch.Tensor] = {}
+        self._inverses: dict[str, torch.Tensor] = {}
         # Each foldable residual unit's convolutions with its second activation
         # folded in, made now: made first inside a CUDA graph's capture, they
         # would hold nothing until the graph's first replay.
-        self._folded: dict[int, _FoldedUnit] = {
-            id(unit): _FoldedUnit.of(unit)
+        self._folded: dict[str, _FoldedUnit] = {
+            self._key(unit): _FoldedUnit.of(unit)
             for block in _blocks(dac)
             for unit in _units(block)
             if self._may_fold(unit)
@@ -265,11 +269,11 @@ class CausalDac:
         changes: ``conv1``'s output is never part of the state. Never reads
         a device value (the step is captured as a CUDA graph)."""
         alpha = unit.snake2.alpha
-        cached = self._folded.get(id(unit))
+        cached = self._folded.get(self._key(unit))
         if cached is None or alpha.dtype == torch.float64:
             return None
         if not cached.matches(alpha):  # the codec moved or changed dtype since
-            cached = self._folded[id(unit)] = _FoldedUnit.of(unit)
+            cached = self._folded[self._key(unit)] = _FoldedUnit.of(unit)
         return cached
 
     def unit_weights(self, unit: ResidualUnit, x: torch.Tensor) -> UnitWeights | None:
@@ -281,9 +285,9 @@ class CausalDac:
             return None
         if not _kernels_run_on(x):
             return None
-        cached = self._unit_weights.get(id(unit))
+        cached = self._unit_weights.get(self._key(unit))
         if cached is None or not cached.matches(unit):
-            cached = self._unit_weights[id(unit)] = UnitWeights.of(unit)
+            cached = self._unit_weights[self._key(unit)] = UnitWeights.of(unit)
         return cached
 
     @property
@@ -300,9 +304,9 @@ class CausalDac:
             return None
         if not _kernels_run_on(x):
             return None
-        cached = self._upsample_weights.get(id(block))
+        cached = self._upsample_weights.get(self._key(block))
         if cached is None or not cached.matches(block):
-            cached = self._upsample_weights[id(block)] = UpsampleWeights.of(block)
+            cached = self._upsample_weights[self._key(block)] = UpsampleWeights.of(block)
         return cached
 
     def output_weights(self, x: torch.Tensor) -> OutputWeights | None:
@@ -333,11 +337,11 @@ class CausalDac:
         """``1 / alpha``, computed when first needed on the parameter's device and
         dtype (build the streaming view after the weights are loaded)."""
         alpha = snake.alpha
-        cached = self._inverses.get(id(snake))
+        cached = self._inverses.get(self._key(snake))
         if cached is None or cached.device != alpha.device or cached.dtype != alpha.dtype:
             with torch.no_grad():
                 cached = torch.reciprocal(_widened(alpha) + 1e-9).to(alpha.dtype)
-            self._inverses[id(snake)] = cached
+            self._inverses[self._key(snake)] = cached
         return cached
 
     def as_gemm(self, conv: nn.Conv1d) -> bool:
@@ -348,6 +352,10 @@ class CausalDac:
             and conv.in_channels >= self.gemm_channels
         )
 
+    def _key(self, module: nn.Module) -> str:
+        """``module``'s name in the decoder: the same in every process."""
+        return self._names[id(module)]
+
     def shifted(self, conv: nn.Conv1d, length: int) -> bool:
         """Whether a product of ``conv`` with ``length`` outputs a slot takes its
         taps as shifted views (see ``gemm_taps``)."""
@@ -357,7 +365,7 @@ class CausalDac:
         """``weight`` ``[O, I, K]`` as ``[K, I, O]``, contiguous: one ``[I, O]``
         matrix per tap, made once per ``owner`` and ``side`` (as
         :meth:`nhwc_weight`) and kept, outside any CUDA graph's capture."""
-        key = (id(owner), side)
+        key = (self._key(owner), side)
         cached = self._tap_weights.get(key)
         if cached is None or cached.device != weight.device or cached.dtype != weight.dtype:
             with torch.no_grad():
@@ -373,7 +381,7 @@ class CausalDac:
         graph's capture (the streaming paths run a step eagerly first)."""
         if not self.channels_last:
             return None
-        key = (id(owner), side)
+        key = (self._key(owner), side)
         cached = self._nhwc.get(key)
         if cached is None or cached.device != weight.device or cached.dtype != weight.dtype:
             with torch.no_grad():

@@ -145,15 +145,24 @@ def test_the_tails_bench_times_each_edge_both_ways_and_compares_them(tmp_path: P
         assert error <= 1e-5 and peak > 0  # audio compared, not silence
 
 
-def test_the_warm_up_bench_times_a_cold_compile_per_worker_count(tmp_path: Path) -> None:
+def test_the_warm_up_bench_times_a_cold_and_a_warm_compile_per_worker_count(
+    tmp_path: Path,
+) -> None:
     from bench.gpu.codec_warm_up import main as warm_up
 
     argv = ["--tiny", "--slots", "2", "--workers", "2", "--out", str(tmp_path)]
     assert warm_up(argv) == 0
     lines = (tmp_path / "codec_warm_up.txt").read_text().splitlines()
     assert lines[0] == "slots 2, precision tf32, tiny True"
-    workers, seconds = lines[-1].split(" | ")
-    assert workers == "2" and float(seconds) > 0  # a time, not a failure
+    (cold_workers, cold, cold_result), (warm_workers, warm, warm_result) = (
+        line.split(" | ") for line in lines[-2:]
+    )
+    assert (cold_workers, cold, warm_workers, warm) == ("2", "cold", "2", "warm")
+    assert "aot_autograd.autograd_cache_miss 1" in cold_result  # empty caches
+    # the second process compiles from what the first cached, AOTAutograd included
+    assert "aot_autograd.autograd_cache_hit 1" in warm_result, warm_result
+    assert "inductor.fxgraph_cache_hit 1" in warm_result, warm_result
+    assert float(warm_result.split(" s ")[0]) < float(cold_result.split(" s ")[0])
 
 
 @pytest.mark.usefixtures("one_torch_thread")

@@ -20,7 +20,6 @@ size, uncaptured (a smoke check of the script).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -29,9 +28,9 @@ import time
 from pathlib import Path
 
 
-def warm_up_once(slots: int, workers: int, precision: str, tiny: bool) -> dict[str, object]:
-    """One warm-up, in this process (its caches as the caller set them): seconds,
-    torch.compile's phases and its caches' counters."""
+def warm_up_once(slots: int, workers: int, precision: str, tiny: bool) -> str:
+    """One warm-up, in this process (its caches as the caller set them): its
+    seconds, torch.compile's phases and its caches' counters, as a report line."""
     import torch
     from torch._dynamo.utils import counters
     from torch._inductor import config as inductor_config
@@ -53,24 +52,15 @@ def warm_up_once(slots: int, workers: int, precision: str, tiny: bool) -> dict[s
     codec_slots.warm_up()
     if cuda:
         torch.cuda.synchronize()
-    caches = {
-        f"{group}.{name}": count
+    seconds = time.perf_counter() - started
+    counts = ", ".join(
+        f"{group}.{name} {count}"
         for group in ("aot_autograd", "inductor")
-        for name, count in counters[group].items()
+        for name, count in sorted(counters[group].items())
         if "cache" in name
-    }
-    return {
-        "seconds": round(time.perf_counter() - started, 1),
-        "phases": describe_compile_phases(phases, compile_phase_seconds()),
-        "caches": caches,
-    }
-
-
-def describe(result: dict[str, object]) -> str:
-    caches = result["caches"]
-    assert isinstance(caches, dict)
-    counts = ", ".join(f"{name} {count}" for name, count in sorted(caches.items()))
-    return f"{result['seconds']} s ({result['phases']}; {counts or 'no cache counters'})"
+    )
+    phases_line = describe_compile_phases(phases, compile_phase_seconds())
+    return f"{seconds:.1f} s ({phases_line}; {counts or 'no cache counters'})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child is not None:
-        print(json.dumps(warm_up_once(args.slots, args.child, args.precision, args.tiny)))
+        print(warm_up_once(args.slots, args.child, args.precision, args.tiny))
         return 0
     out = Path(args.out) / "codec_warm_up.txt"
     with out.open("w") as report:
@@ -108,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
                         report.write(f"{workers} | {start} | failed: {failure}\n")
                         report.flush()
                         break
-                    result = json.loads(done.stdout.strip().splitlines()[-1])
-                    report.write(f"{workers} | {start} | {describe(result)}\n")
+                    result = done.stdout.strip().splitlines()[-1]
+                    report.write(f"{workers} | {start} | {result}\n")
                     report.flush()
     print(out.read_text(), end="")
     return 0

@@ -77,32 +77,30 @@ CACHE_DIR_VARIABLES = {
 def own_compile_cache(root: Path | None) -> Iterator[None]:
     """Inductor's and Triton's caches under ``root`` inside the block (None: as
     they are); the environment as it was on the way out, an unset variable unset."""
-    if root is None:
-        yield
-        return
-    before = {name: os.environ.get(name) for name in CACHE_DIR_VARIABLES}
-    try:
-        for name, folder in CACHE_DIR_VARIABLES.items():
-            path = root / folder
-            path.mkdir(parents=True, exist_ok=True)
-            os.environ[name] = str(path)
-    except OSError as e:  # an unwritable cache costs time, not the start
-        logger.warning("no compile cache of the plugin's own at %s (%s): vLLM's is used", root, e)
-        _restore(before)
-        yield
-        return
+    folders = _made_folders(root) if root is not None else {}
+    before = {name: os.environ.get(name) for name in folders}
+    os.environ.update(folders)
     try:
         yield
     finally:
-        _restore(before)
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
-def _restore(values: dict[str, str | None]) -> None:
-    for name, value in values.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
+def _made_folders(root: Path) -> dict[str, str]:
+    """Each cache variable's folder under ``root``, made; none where one cannot be
+    made (an unwritable cache costs time, not the start)."""
+    try:
+        folders = {name: root / folder for name, folder in CACHE_DIR_VARIABLES.items()}
+        for path in folders.values():
+            path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        logger.warning("no compile cache of the plugin's own at %s (%s): vLLM's is used", root, e)
+        return {}
+    return {name: str(path) for name, path in folders.items()}
 
 
 # torch.compile's phases worth a line of a start-up log: Dynamo's tracing, AOTAutograd's

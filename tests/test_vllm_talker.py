@@ -41,6 +41,7 @@ from realtime_engine.talker.types import (
     TalkerRequest,
     TalkerSampling,
 )
+from realtime_engine.talker.vllm_protocol import PACING_CONFIG_KEY
 
 pytestmark = [
     pytest.mark.vllm,
@@ -52,9 +53,15 @@ async def generate(runner: Any, request: TalkerRequest, limit: int | None = None
     return await collect(runner.submit(request), limit)
 
 
+# Paced as hard as it goes: any audio request ahead of real time may sit out a
+# step, so every audio test below also checks that waiting loses nothing.
+HARD_PACING = {"max_decode_batch": 1, "min_buffer_s": 0.0}
+
+
 @pytest.fixture(scope="module")
 def engine(tiny_checkpoint: Path) -> Iterator[tuple[Any, LoopThread]]:
-    with running_engine(tiny_checkpoint) as engine:
+    pacing = {PACING_CONFIG_KEY: HARD_PACING}
+    with running_engine(tiny_checkpoint, additional_config=pacing) as engine:
         yield engine
 
 

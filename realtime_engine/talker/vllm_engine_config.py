@@ -7,7 +7,12 @@ from pathlib import Path
 from typing import Any
 
 from realtime_engine.format import DEFAULT_CODEC_KERNELS
-from realtime_engine.talker.vllm_protocol import CODEC_CONFIG_KEY
+from realtime_engine.talker.pacing import PacingPolicy
+from realtime_engine.talker.vllm_protocol import CODEC_CONFIG_KEY, PACING_CONFIG_KEY
+
+# vLLM's scheduler with playback pacing (``vllm_scheduler.py``; named, not
+# imported: this module imports no vLLM).
+PACED_SCHEDULER = "realtime_engine.talker.vllm_scheduler.paced_scheduler"
 
 # Set (unless already set) before the engine starts; its processes inherit them.
 ENGINE_ENV = {
@@ -63,7 +68,9 @@ def talker_engine_args(
     request's codes), and, on CUDA, full CUDA graphs for every batch including
     prefills (:func:`default_compilation_config`). The engine core decodes
     audio in ``codec_precision``, up to ``codec_batch`` windows per call, its
-    step run by ``codec_kernels``.
+    step run by ``codec_kernels``. The scheduler paces audio streams that are
+    far ahead of their listeners (``pacing.py``; its settings in
+    ``additional_config["higgs_pacing"]``, checked here).
     """
     for name, value in ENGINE_ENV.items():
         os.environ.setdefault(name, value)
@@ -81,6 +88,8 @@ def talker_engine_args(
         "kernels": codec_kernels,
         **given,
     }
+    PacingPolicy.from_config(additional.get(PACING_CONFIG_KEY))  # fails early if malformed
+    engine_kwargs.setdefault("scheduler_cls", PACED_SCHEDULER)
     return {
         "model": str(model_dir),
         "skip_tokenizer_init": True,

@@ -44,6 +44,9 @@ CODEC_CONFIG_KEY = "higgs_codec"
 # (default True: the sampler step goes through torch.compile before its graphs
 # are captured; CUDA only).
 SAMPLER_CONFIG_KEY = "higgs_sampler"
+# ``additional_config`` entry with playback pacing's settings
+# (``realtime_engine.talker.pacing.PacingPolicy``: ``max_decode_batch``, ``min_buffer_s``).
+PACING_CONFIG_KEY = "higgs_pacing"
 # Longest repetition-aware-sampling window the device buffers hold.
 MAX_RAS_WINDOW = 32
 _ROW_DTYPE = np.dtype("<i2")

@@ -1,0 +1,28 @@
+#!/bin/bash
+# The calls after the vLLM kit's ten parts (bench/gpu/README.md; the tenth also installs),
+# on one machine back to back (RESULTS.md section 43): the gateway's wheels and the random
+# checkpoint; the defaults served with no flag (playback pacing on: a decode batch of at
+# most 160 audio streams with a second or more buffered sitting out); the same unpaced;
+# the same paced at another cap.
+export GW_WHEELS=/root/gw MAKE_CKPT=/root/make_full_higgs.py
+unpaced='{"engine_args": {"additional_config": {"higgs_pacing": {"max_decode_batch": 0}}}}'
+case ${CALL:?CALL=10, 11, 12 or 13} in
+  10)  # the gateway's wheels, libopus and the real-size random checkpoint
+    mkdir -p /root/gw && cp .whl/gw/* /root/gw/ && cp .whl/peer/make_full_higgs.py /root/
+    bash .whl/device_install.sh install && time PHASE=prep bash bench/gpu/run_h200.sh ;;
+  11)  # speech-gateway serve --model /root/higgs_v3_random --engine higgs, nothing else
+    bash .whl/device_install.sh install
+    VARIANT=base START=paced BUDGET_S=${BUDGET_S:-540} START_TIMEOUT=330 \
+      LEVELS=${LEVELS:-64,128,256} bash docs/bench/h200/run29/served/run.sh ;;
+  12)  # the same, pacing off
+    bash .whl/device_install.sh install
+    TAG=r21_unpaced SERVE_ARGS="" TALKER_OPTIONS=$unpaced \
+      BUDGET_S=${BUDGET_S:-380} START_TIMEOUT=300 LEVELS=${LEVELS:-256} \
+      bash bench/gpu/served_start.sh ;;
+  13)  # paced at another cap (CAP)
+    bash .whl/device_install.sh install
+    TAG=r21_cap${CAP:?} SERVE_ARGS="" \
+      TALKER_OPTIONS="{\"engine_args\": {\"additional_config\": {\"higgs_pacing\": {\"max_decode_batch\": $CAP}}}}" \
+      BUDGET_S=${BUDGET_S:-380} START_TIMEOUT=300 LEVELS=${LEVELS:-256} \
+      bash bench/gpu/served_start.sh ;;
+esac

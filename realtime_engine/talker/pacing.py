@@ -1,0 +1,115 @@
+"""Playback pacing: which audio streams sit out a decode step (no vLLM, no I/O).
+
+A GPU talker generates audio several times faster than it plays: at 256
+streams on one H100 each stream gets about 3.6 seconds of audio a second.
+Every stream in the batch lengthens the decode step for all of them, and a
+new stream's first audio is a fixed count of steps (the delay pattern and
+its preset's first chunk, about 26 at every load), so past some batch size
+the streams that are seconds ahead of their listeners make the newcomers
+wait. Pacing caps the decode batch at ``max_decode_batch``: when more audio
+streams are running, the ones with the most audio buffered ahead of
+playback sit out the step, but only those with at least ``min_buffer_s`` of
+it, so a stream near its listener's playback position always decodes, cap
+or no cap. That is earliest-deadline-first among the streams: a stream's
+deadline is the moment its listener runs out of audio, and a stream still
+before its first chunk has none buffered at all.
+
+The buffer is estimated from the engine's own clock, conservatively:
+playback is taken to start when the stream's first row was generated, which
+is earlier than its first chunk can reach the listener, so the estimate is
+never more than the real buffer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from realtime_engine.format import DELAY_ROWS, FRAMES_PER_SECOND
+
+# Measured served on one H100 (docs/bench/RESULTS.md section 43): a cap of 160
+# keeps the 256-stream step near the 160-stream one.
+DEFAULT_MAX_DECODE_BATCH = 160
+DEFAULT_MIN_BUFFER_S = 1.0
+
+
+class PacingConfigError(ValueError):
+    """The pacing settings in the engine's configuration are malformed."""
+
+
+@dataclass(frozen=True)
+class PacingPolicy:
+    """``max_decode_batch`` 0 turns pacing off."""
+
+    max_decode_batch: int = DEFAULT_MAX_DECODE_BATCH
+    min_buffer_s: float = DEFAULT_MIN_BUFFER_S
+
+    def __post_init__(self) -> None:
+        if self.max_decode_batch < 0:
+            raise PacingConfigError(f"max_decode_batch must be >= 0, got {self.max_decode_batch}")
+        if not self.min_buffer_s >= 0:
+            raise PacingConfigError(f"min_buffer_s must be >= 0, got {self.min_buffer_s}")
+
+    @classmethod
+    def from_config(cls, raw: Mapping[str, Any] | None) -> PacingPolicy:
+        """The policy in an engine's ``additional_config`` entry (missing fields default)."""
+        if raw is None:
+            return cls()
+        if not isinstance(raw, Mapping):
+            raise PacingConfigError(f"pacing settings must be an object, got {raw!r}")
+        unknown = set(raw) - {"max_decode_batch", "min_buffer_s"}
+        if unknown:
+            raise PacingConfigError(f"unknown pacing settings: {sorted(unknown)}")
+        try:
+            return cls(
+                max_decode_batch=int(raw.get("max_decode_batch", DEFAULT_MAX_DECODE_BATCH)),
+                min_buffer_s=float(raw.get("min_buffer_s", DEFAULT_MIN_BUFFER_S)),
+            )
+        except (TypeError, ValueError) as e:
+            raise PacingConfigError(f"bad pacing settings {dict(raw)!r}: {e}") from e
+
+    @property
+    def active(self) -> bool:
+        return self.max_decode_batch > 0
+
+
+@dataclass(frozen=True)
+class RunningStream:
+    """One running request as pacing sees it: ``rows`` generated so far, the
+    engine-clock time its first row came (``None`` before it has one), and
+    whether it is audio for a listener (rows for a tool are never paced)."""
+
+    rows: int
+    first_row_at: float | None
+    audio: bool = True
+
+
+def buffered_s(stream: RunningStream, now: float) -> float:
+    """Seconds of audio generated ahead of the (earliest possible) playback
+    position; negative for a stream that is behind real time."""
+    if stream.first_row_at is None:
+        return 0.0
+    audio_s = max(0, stream.rows - DELAY_ROWS) / FRAMES_PER_SECOND
+    return audio_s - (now - stream.first_row_at)
+
+
+def streams_to_hold(
+    policy: PacingPolicy, running: Sequence[RunningStream], now: float
+) -> list[int]:
+    """Indices into ``running`` of the streams that sit out this step: the
+    most-buffered audio streams above ``min_buffer_s``, as many as bring the
+    batch down to ``max_decode_batch`` (fewer when not enough are buffered)."""
+    excess = len(running) - policy.max_decode_batch
+    if not policy.active or excess <= 0:
+        return []
+    buffered = [
+        (buffered_s(stream, now), i)
+        for i, stream in enumerate(running)
+        if stream.audio and stream.first_row_at is not None
+    ]
+    ahead = sorted(
+        ((seconds, i) for seconds, i in buffered if seconds >= policy.min_buffer_s),
+        key=lambda item: (-item[0], item[1]),
+    )
+    return sorted(i for _, i in ahead[:excess])

@@ -1,0 +1,106 @@
+"""vLLM's scheduler with playback pacing (runs in the engine core).
+
+The talker names :func:`paced_scheduler` as vLLM's ``scheduler_cls``; it
+builds vLLM's own scheduler, the asynchronous one when asynchronous
+scheduling is on, with one change: before each step, the running requests
+that :func:`~realtime_engine.talker.pacing.streams_to_hold` picks are taken
+out of the running list for that step's scheduling and put back after. A
+request left out of a step keeps its KV cache and its slot, exactly like a
+running request vLLM itself leaves out when the step's token budget runs
+out; it simply decodes one step later. The pacing settings come from the
+engine's ``additional_config`` (:data:`PACING_CONFIG_KEY`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.scheduler import Scheduler
+
+from realtime_engine.talker.pacing import PacingPolicy, RunningStream, streams_to_hold
+from realtime_engine.talker.vllm_protocol import EXTRA_ARGS_KEY, PACING_CONFIG_KEY
+
+
+def _wants_audio(request: Any) -> bool:
+    params = getattr(request, "sampling_params", None)
+    talker = ((params.extra_args if params is not None else None) or {}).get(EXTRA_ARGS_KEY)
+    return isinstance(talker, dict) and talker.get("chunking") is not None
+
+
+class _Pacing:
+    """The pacing half of a paced scheduler (mixed in before vLLM's class)."""
+
+    running: list[Any]
+    max_num_running_reqs: int
+
+    def _init_pacing(self, vllm_config: Any) -> None:
+        config = getattr(vllm_config, "additional_config", None) or {}
+        self.pacing = PacingPolicy.from_config(config.get(PACING_CONFIG_KEY))
+        # request id -> (its first row's time, whether it is audio for a listener)
+        self._seen: dict[str, tuple[float, bool]] = {}
+        self.held_steps = 0  # request-steps left out so far
+        self.clock: Callable[[], float] = time.monotonic
+
+    def _held(self) -> list[Any]:
+        if not self.pacing.active:
+            return []
+        now = self.clock()
+        seen = self._seen
+        for request in self.running:  # note each request's first row
+            if request.request_id not in seen and request.num_output_tokens > 0:
+                seen[request.request_id] = (now, _wants_audio(request))
+        if len(seen) > 2 * len(self.running) + 64:
+            live = {request.request_id for request in self.running}
+            self._seen = seen = {rid: first for rid, first in seen.items() if rid in live}
+        if len(self.running) <= self.pacing.max_decode_batch:
+            return []
+        streams = []
+        for request in self.running:
+            first_row_at, audio = seen.get(request.request_id, (None, False))
+            streams.append(RunningStream(request.num_output_tokens, first_row_at, audio))
+        return [self.running[i] for i in streams_to_hold(self.pacing, streams, now)]
+
+    def _schedule_paced(self, schedule: Any, *args: Any, **kwargs: Any) -> Any:
+        held = self._held()
+        if not held:
+            return schedule(*args, **kwargs)
+        left_out = {id(request) for request in held}
+        self.running = [request for request in self.running if id(request) not in left_out]
+        # Held requests keep their model-runner slots: admit no more than before.
+        self.max_num_running_reqs -= len(held)
+        try:
+            return schedule(*args, **kwargs)
+        finally:
+            self.max_num_running_reqs += len(held)
+            # Behind the rest: under KV pressure vLLM preempts from the end, and
+            # these have the most audio buffered.
+            self.running.extend(held)
+            self.held_steps += len(held)
+
+
+class PacedScheduler(_Pacing, Scheduler):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._init_pacing(self.vllm_config)
+
+    def schedule(self, *args: Any, **kwargs: Any) -> Any:
+        return self._schedule_paced(super().schedule, *args, **kwargs)
+
+
+class PacedAsyncScheduler(_Pacing, AsyncScheduler):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._init_pacing(self.vllm_config)
+
+    def schedule(self, *args: Any, **kwargs: Any) -> Any:
+        return self._schedule_paced(super().schedule, *args, **kwargs)
+
+
+def paced_scheduler(*args: Any, vllm_config: Any, **kwargs: Any) -> Scheduler:
+    """vLLM's scheduler for this configuration, paced (vLLM decides whether
+    scheduling is asynchronous after the engine arguments are read)."""
+    paced = PacedAsyncScheduler if vllm_config.scheduler_config.async_scheduling else PacedScheduler
+    return paced(*args, vllm_config=vllm_config, **kwargs)

@@ -1,0 +1,169 @@
+"""vLLM's own scheduler with playback pacing, stepped in process on a fake clock:
+which requests each step schedules, and what vLLM's running list looks like after."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from vllm_support.cpu_env import vllm_available
+
+from realtime_engine.format import FRAMES_PER_SECOND
+from realtime_engine.talker.vllm_engine_config import PACED_SCHEDULER
+from realtime_engine.talker.vllm_protocol import EXTRA_ARGS_KEY, PACING_CONFIG_KEY
+
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(not vllm_available(), reason="vllm and triton are not installed"),
+]
+
+AUDIO = {EXTRA_ARGS_KEY: {"chunking": [4, 25, 12, 10, 1.5]}}
+ROWS_ONLY = {EXTRA_ARGS_KEY: {"chunking": None}}
+ROW_S = 1 / FRAMES_PER_SECOND
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make_scheduler(tiny_checkpoint: Path, *, async_scheduling: bool, **pacing: Any) -> Any:
+    from vllm_support.cpu_env import apply_cpu_vllm_env
+
+    apply_cpu_vllm_env()
+    import torch
+    from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    from realtime_engine.talker.vllm_plugin import register
+
+    register()
+    config = VllmConfig(
+        model_config=ModelConfig(model=str(tiny_checkpoint), skip_tokenizer_init=True),
+        scheduler_config=SchedulerConfig(
+            max_num_seqs=8,
+            max_num_batched_tokens=512,
+            max_model_len=512,
+            is_encoder_decoder=False,
+            scheduler_cls=PACED_SCHEDULER,
+        ),
+        cache_config=CacheConfig(block_size=16, enable_prefix_caching=False),
+        additional_config={PACING_CONFIG_KEY: pacing},
+    )
+    config.scheduler_config.async_scheduling = async_scheduling
+    config.cache_config.num_gpu_blocks = 256
+    spec = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=8, dtype=torch.float32)
+    kv = KVCacheConfig(
+        num_blocks=256, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(["attn"], spec)]
+    )
+    make = config.scheduler_config.get_scheduler_cls()
+    return make(
+        vllm_config=config,
+        kv_cache_config=kv,
+        structured_output_manager=StructuredOutputManager(config),
+        block_size=16,
+        log_stats=False,
+    )
+
+
+def add(scheduler: Any, request_id: str, extra_args: dict[str, Any] = AUDIO) -> None:
+    from vllm import SamplingParams
+    from vllm.v1.request import Request
+
+    params = SamplingParams(max_tokens=400, extra_args=extra_args)
+    scheduler.add_request(Request(request_id, [1] * 10, params, None))
+
+
+def step(scheduler: Any, clock: FakeClock) -> list[str]:
+    """One step: schedule, a row for every scheduled request, a row's time passes."""
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    out = scheduler.schedule()
+    ids = list(out.num_scheduled_tokens)
+    result = ModelRunnerOutput(
+        req_ids=ids,
+        req_id_to_index={rid: i for i, rid in enumerate(ids)},
+        sampled_token_ids=[[5] for _ in ids],
+    )
+    scheduler.update_from_output(out, result)
+    clock.now += ROW_S / 4  # the talker at four times real time
+    return ids
+
+
+@pytest.fixture(params=[False, True], ids=["sync", "async"])
+def paced(tiny_checkpoint: Path, request: pytest.FixtureRequest) -> Callable[..., Any]:
+    def build(**pacing: Any) -> tuple[Any, FakeClock]:
+        scheduler = make_scheduler(tiny_checkpoint, async_scheduling=request.param, **pacing)
+        clock = FakeClock()
+        scheduler.clock = clock
+        return scheduler, clock
+
+    return build
+
+
+def test_the_scheduler_is_vllms_own_class_for_the_mode(paced: Callable[..., Any]) -> None:
+    scheduler, _ = paced()
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    assert isinstance(scheduler, Scheduler)
+    assert isinstance(scheduler, AsyncScheduler) == scheduler.scheduler_config.async_scheduling
+
+
+def test_over_the_cap_the_most_buffered_audio_waits_and_newcomers_decode(
+    paced: Callable[..., Any],
+) -> None:
+    scheduler, clock = paced(max_decode_batch=4, min_buffer_s=0.5)
+    for rid in ("a", "b", "c"):
+        add(scheduler, rid)
+    add(scheduler, "rows", ROWS_ONLY)
+    # At the cap nobody waits; at four times real time each audio request
+    # builds up 0.03 s of buffer a step.
+    for _ in range(80):
+        assert sorted(step(scheduler, clock)) == ["a", "b", "c", "rows"]
+    assert scheduler.held_steps == 0
+    # A newcomer is admitted and decodes with the rest (it was not running yet
+    # when this step's batch was chosen).
+    add(scheduler, "new")
+    assert sorted(step(scheduler, clock)) == ["a", "b", "c", "new", "rows"]
+    # Five running against a cap of four: one of the buffered audio requests
+    # waits each step (never the newcomer, never the rows request), and they
+    # take turns.
+    counts = dict.fromkeys("abc", 0)
+    for _ in range(30):
+        scheduled = step(scheduler, clock)
+        assert len(scheduled) == 4 and {"new", "rows"} <= set(scheduled)
+        for rid in set(scheduled) & set(counts):
+            counts[rid] += 1
+    assert scheduler.held_steps == 30
+    assert sum(counts.values()) == 60 and max(counts.values()) - min(counts.values()) <= 1
+    # vLLM's running list has everyone back after every step.
+    assert sorted(r.request_id for r in scheduler.running) == ["a", "b", "c", "new", "rows"]
+
+
+def test_a_stream_near_its_listener_decodes_even_over_the_cap(
+    paced: Callable[..., Any],
+) -> None:
+    scheduler, clock = paced(max_decode_batch=1, min_buffer_s=5.0)
+    for rid in "abc":
+        add(scheduler, rid)
+    # Nobody has 5 s buffered within these steps: the cap gives way to the floor.
+    for _ in range(100):
+        assert sorted(step(scheduler, clock)) == list("abc")
+    assert scheduler.held_steps == 0
+
+
+def test_pacing_off_or_under_the_cap_schedules_everyone(paced: Callable[..., Any]) -> None:
+    for pacing in ({"max_decode_batch": 0}, {"max_decode_batch": 8, "min_buffer_s": 0.0}):
+        scheduler, clock = paced(**pacing)
+        for rid in "abcd":
+            add(scheduler, rid)
+        for _ in range(60):
+            assert sorted(step(scheduler, clock)) == list("abcd")
+        assert scheduler.held_steps == 0

@@ -8,7 +8,7 @@ OUT=${OUT:?}
 TAG=${TAG:?}
 RUN_TAG=$TAG SERVE_ARGS="${SERVE_ARGS:-}" TALKER_OPTIONS="${TALKER_OPTIONS:-}" \
   BUDGET_S=${BUDGET_S:-450} START_TIMEOUT=${START_TIMEOUT:-300} PHASE=gateway \
-  PRESETS=latency,exact LEVELS=${LEVELS:-64,128,256} HTTP_LEVELS= SWEEP_DURATION=15 \
+  PRESETS=${PRESETS:-latency,exact} LEVELS=${LEVELS:-64,128,256} HTTP_LEVELS= SWEEP_DURATION=15 \
   PROFILE_LEVELS= bash bench/gpu/run_h200.sh > "$OUT/run_$TAG.log" 2>&1
 echo "rc=$?"; grep -v "^\s*$" "$OUT/run_$TAG.log" | grep -v "^|" | tail -22
 grep -h "torch.compile took\|the codec\|the code sampler\|ready in\|float16 is" \

@@ -22,9 +22,10 @@ never more than the real buffer.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from realtime_engine.format import DELAY_ROWS, FRAMES_PER_SECOND
 
@@ -74,11 +75,11 @@ class PacingPolicy:
         return self.max_decode_batch > 0
 
 
-@dataclass(frozen=True)
-class RunningStream:
+class RunningStream(NamedTuple):
     """One running request as pacing sees it: ``rows`` generated so far, the
     engine-clock time its first row came (``None`` before it has one), and
-    whether it is audio for a listener (rows for a tool are never paced)."""
+    whether it is audio for a listener (rows for a tool are never paced).
+    A tuple: the scheduler builds one per running request every step."""
 
     rows: int
     first_row_at: float | None
@@ -95,21 +96,22 @@ def buffered_s(stream: RunningStream, now: float) -> float:
 
 
 def streams_to_hold(
-    policy: PacingPolicy, running: Sequence[RunningStream], now: float
+    policy: PacingPolicy, running: Sequence[tuple[int, float | None, bool]], now: float
 ) -> list[int]:
-    """Indices into ``running`` of the streams that sit out this step: the
-    most-buffered audio streams above ``min_buffer_s``, as many as bring the
-    batch down to ``max_decode_batch`` (fewer when not enough are buffered)."""
+    """Indices into ``running`` (:class:`RunningStream` or plain tuples of its
+    fields) of the streams that sit out this step: the most-buffered audio
+    streams above ``min_buffer_s``, as many as bring the batch down to
+    ``max_decode_batch`` (fewer when not enough are buffered)."""
     excess = len(running) - policy.max_decode_batch
     if not policy.active or excess <= 0:
         return []
-    buffered = [
-        (buffered_s(stream, now), i)
-        for i, stream in enumerate(running)
-        if stream.audio and stream.first_row_at is not None
-    ]
-    ahead = sorted(
-        ((seconds, i) for seconds, i in buffered if seconds >= policy.min_buffer_s),
-        key=lambda item: (-item[0], item[1]),
-    )
-    return sorted(i for _, i in ahead[:excess])
+    floor = policy.min_buffer_s
+    ahead = []
+    # buffered_s inlined: this runs over every running request at every step.
+    for i, (rows, first_row_at, audio) in enumerate(running):
+        if audio and first_row_at is not None:
+            seconds = max(0, rows - DELAY_ROWS) / FRAMES_PER_SECOND - (now - first_row_at)
+            if seconds >= floor:
+                ahead.append((seconds, -i))
+    # The most buffered first; among equals, the earliest in the running list.
+    return sorted(-neg_i for _, neg_i in heapq.nlargest(excess, ahead))

@@ -20,7 +20,7 @@ from typing import Any
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from realtime_engine.talker.pacing import PacingPolicy, RunningStream, streams_to_hold
+from realtime_engine.talker.pacing import PacingPolicy, streams_to_hold
 from realtime_engine.talker.vllm_protocol import EXTRA_ARGS_KEY, PACING_CONFIG_KEY
 
 
@@ -57,10 +57,11 @@ class _Pacing:
             self._seen = seen = {rid: first for rid, first in seen.items() if rid in live}
         if len(self.running) <= self.pacing.max_decode_batch:
             return []
-        streams = []
-        for request in self.running:
-            first_row_at, audio = seen.get(request.request_id, (None, False))
-            streams.append(RunningStream(request.num_output_tokens, first_row_at, audio))
+        not_yet = (None, False)
+        streams = [
+            (request.num_output_tokens, *seen.get(request.request_id, not_yet))
+            for request in self.running
+        ]
         return [self.running[i] for i in streams_to_hold(self.pacing, streams, now)]
 
     def _schedule_paced(self, schedule: Any, *args: Any, **kwargs: Any) -> Any:

@@ -3,10 +3,10 @@
 # on one machine back to back (RESULTS.md section 43): the gateway's wheels and the random
 # checkpoint; the defaults served with no flag (playback pacing on: a decode batch of at
 # most 160 audio streams with a second or more buffered sitting out); the same unpaced;
-# the same paced at another cap.
+# the same paced at another cap; on a second machine, a cap of 192 and unpaced.
 export GW_WHEELS=/root/gw MAKE_CKPT=/root/make_full_higgs.py
 unpaced='{"engine_args": {"additional_config": {"higgs_pacing": {"max_decode_batch": 0}}}}'
-case ${CALL:?CALL=10, 11, 12 or 13} in
+case ${CALL:?CALL=10, 11, 12, 13 or 14} in
   10)  # the gateway's wheels, libopus and the real-size random checkpoint
     mkdir -p /root/gw && cp .whl/gw/* /root/gw/ && cp .whl/peer/make_full_higgs.py /root/
     bash .whl/device_install.sh install && time PHASE=prep bash bench/gpu/run_h200.sh ;;
@@ -25,4 +25,8 @@ case ${CALL:?CALL=10, 11, 12 or 13} in
       TALKER_OPTIONS="{\"engine_args\": {\"additional_config\": {\"higgs_pacing\": {\"max_decode_batch\": $CAP}}}}" \
       BUDGET_S=${BUDGET_S:-380} START_TIMEOUT=300 LEVELS=${LEVELS:-256} \
       bash bench/gpu/served_start.sh ;;
+  14)  # on a second machine, 256 streams only: paced at CAP (192), then unpaced
+    bash .whl/device_install.sh install
+    CAP=${CAP:-192} PRESETS=latency START_TIMEOUT=330 BUDGET_S=330 CALL=13 bash "$0"
+    PRESETS=latency BUDGET_S=230 CALL=12 bash "$0" ;;
 esac

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from realtime_engine.format import DELAY_ROWS, FRAMES_PER_SECOND
 from realtime_engine.talker.pacing import (
+    SUGGESTED_MAX_DECODE_BATCH,
     PacingConfigError,
     PacingPolicy,
     RunningStream,
@@ -155,6 +156,7 @@ def test_pacing_shortens_the_steps_newcomers_wait_through() -> None:
 
 def test_the_settings_come_from_the_engine_config_and_bad_ones_fail() -> None:
     assert PacingPolicy.from_config(None) == PacingPolicy()
+    assert PacingPolicy().active is False  # off unless asked for
     assert PacingPolicy.from_config({"max_decode_batch": 0}).active is False
     assert PacingPolicy.from_config({"min_buffer_s": 2}).min_buffer_s == 2.0
     for bad in ([], {"max_decode_batch": -1}, {"min_buffer_s": "x"}, {"cap": 3}):
@@ -162,11 +164,24 @@ def test_the_settings_come_from_the_engine_config_and_bad_ones_fail() -> None:
             PacingPolicy.from_config(bad)  # type: ignore[arg-type]
 
 
-def test_the_talker_engine_is_paced_and_checks_its_pacing_settings(tmp_path: object) -> None:
-    args = talker_engine_args(
+def test_the_talker_engine_is_paced_when_asked_and_checks_its_pacing_settings() -> None:
+    def engine_args(**pacing: object) -> dict[str, object]:
+        return talker_engine_args(
+            "/models/higgs",
+            enforce_eager=True,
+            codec_precision="fp32",
+            codec_batch=8,
+            additional_config={"higgs_pacing": pacing},
+        )
+
+    unpaced = talker_engine_args(
         "/models/higgs", enforce_eager=True, codec_precision="fp32", codec_batch=8
     )
-    assert args["scheduler_cls"] == PACED_SCHEDULER
+    assert "scheduler_cls" not in unpaced  # vLLM's own scheduler, as it comes
+    assert "scheduler_cls" not in engine_args(max_decode_batch=0)
+    assert engine_args(max_decode_batch=SUGGESTED_MAX_DECODE_BATCH)["scheduler_cls"] == (
+        PACED_SCHEDULER
+    )
     with pytest.raises(ValueError, match="pacing"):
         talker_engine_args(
             "/models/higgs",

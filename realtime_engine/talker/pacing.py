@@ -29,9 +29,12 @@ from typing import Any, NamedTuple
 
 from realtime_engine.format import DELAY_ROWS, FRAMES_PER_SECOND
 
-# Measured served on one H100 (docs/bench/RESULTS.md section 43): a cap of 160
-# keeps the 256-stream step near the 160-stream one.
-DEFAULT_MAX_DECODE_BATCH = 160
+# Off by default. Served on one H100 at 256 streams (docs/bench/RESULTS.md
+# section 43), a cap of 160 cut TTFA p95 by a third and the audio made a second
+# by a fifth (the streams wait once they are a second ahead): a choice for
+# deployments that put first audio under load before raw throughput.
+DEFAULT_MAX_DECODE_BATCH = 0
+SUGGESTED_MAX_DECODE_BATCH = 160
 DEFAULT_MIN_BUFFER_S = 1.0
 
 
@@ -41,7 +44,7 @@ class PacingConfigError(ValueError):
 
 @dataclass(frozen=True)
 class PacingPolicy:
-    """``max_decode_batch`` 0 turns pacing off."""
+    """``max_decode_batch`` 0 (the default) turns pacing off."""
 
     max_decode_batch: int = DEFAULT_MAX_DECODE_BATCH
     min_buffer_s: float = DEFAULT_MIN_BUFFER_S

@@ -68,9 +68,9 @@ def talker_engine_args(
     request's codes), and, on CUDA, full CUDA graphs for every batch including
     prefills (:func:`default_compilation_config`). The engine core decodes
     audio in ``codec_precision``, up to ``codec_batch`` windows per call, its
-    step run by ``codec_kernels``. The scheduler paces audio streams that are
-    far ahead of their listeners (``pacing.py``; its settings in
-    ``additional_config["higgs_pacing"]``, checked here).
+    step run by ``codec_kernels``. With ``additional_config["higgs_pacing"]``
+    set (checked here; off by default), the scheduler paces audio streams that
+    are far ahead of their listeners (``pacing.py``).
     """
     for name, value in ENGINE_ENV.items():
         os.environ.setdefault(name, value)
@@ -88,8 +88,8 @@ def talker_engine_args(
         "kernels": codec_kernels,
         **given,
     }
-    PacingPolicy.from_config(additional.get(PACING_CONFIG_KEY))  # fails early if malformed
-    engine_kwargs.setdefault("scheduler_cls", PACED_SCHEDULER)
+    if PacingPolicy.from_config(additional.get(PACING_CONFIG_KEY)).active:
+        engine_kwargs.setdefault("scheduler_cls", PACED_SCHEDULER)
     return {
         "model": str(model_dir),
         "skip_tokenizer_init": True,

@@ -1,9 +1,9 @@
 #!/bin/bash
 # The calls after the vLLM kit's ten parts (bench/gpu/README.md; the tenth also installs),
 # on one machine back to back (RESULTS.md section 43): the gateway's wheels and the random
-# checkpoint; the defaults served with no flag (playback pacing on: a decode batch of at
-# most 160 audio streams with a second or more buffered sitting out); the same unpaced;
-# the same paced at another cap; on a second machine, a cap of 192 and unpaced.
+# checkpoint (10); the gateway with no flag (11; at tree 824337b, where that meant playback
+# pacing at a decode batch of 160: now CAP=160 CALL=13); pacing off, now the default (12);
+# paced at CAP (13); on a second machine, 256 streams paced at 192, then unpaced (14).
 export GW_WHEELS=/root/gw MAKE_CKPT=/root/make_full_higgs.py
 unpaced='{"engine_args": {"additional_config": {"higgs_pacing": {"max_decode_batch": 0}}}}'
 case ${CALL:?CALL=10, 11, 12, 13 or 14} in

@@ -35,9 +35,11 @@ class _Pacing:
 
     running: list[Any]
     max_num_running_reqs: int
+    vllm_config: Any
 
-    def _init_pacing(self, vllm_config: Any) -> None:
-        config = getattr(vllm_config, "additional_config", None) or {}
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        config = getattr(self.vllm_config, "additional_config", None) or {}
         self.pacing = PacingPolicy.from_config(config.get(PACING_CONFIG_KEY))
         # request id -> (its first row's time, whether it is audio for a listener)
         self._seen: dict[str, tuple[float, bool]] = {}
@@ -64,7 +66,8 @@ class _Pacing:
         ]
         return [self.running[i] for i in streams_to_hold(self.pacing, streams, now)]
 
-    def _schedule_paced(self, schedule: Any, *args: Any, **kwargs: Any) -> Any:
+    def schedule(self, *args: Any, **kwargs: Any) -> Any:
+        schedule = super().schedule  # type: ignore[misc]  # vLLM's, next in the MRO
         held = self._held()
         if not held:
             return schedule(*args, **kwargs)
@@ -83,21 +86,11 @@ class _Pacing:
 
 
 class PacedScheduler(_Pacing, Scheduler):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._init_pacing(self.vllm_config)
-
-    def schedule(self, *args: Any, **kwargs: Any) -> Any:
-        return self._schedule_paced(super().schedule, *args, **kwargs)
+    """vLLM's scheduler, paced."""
 
 
 class PacedAsyncScheduler(_Pacing, AsyncScheduler):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._init_pacing(self.vllm_config)
-
-    def schedule(self, *args: Any, **kwargs: Any) -> Any:
-        return self._schedule_paced(super().schedule, *args, **kwargs)
+    """vLLM's asynchronous scheduler, paced."""
 
 
 def paced_scheduler(*args: Any, vllm_config: Any, **kwargs: Any) -> Scheduler:

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from realtime_engine.format import DELAY_ROWS, FRAMES_PER_SECOND
+from realtime_engine.codec.presets import next_chunk_frames
+from realtime_engine.format import DELAY_ROWS, FRAMES_PER_SECOND, PRESETS, ChunkingParams
 from realtime_engine.talker.pacing import (
     SUGGESTED_MAX_DECODE_BATCH,
     PacingConfigError,
@@ -17,18 +18,20 @@ from realtime_engine.talker.pacing import (
     RunningStream,
     buffered_s,
     streams_to_hold,
+    unsent_frames_bound,
 )
 from realtime_engine.talker.vllm_engine_config import PACED_SCHEDULER, talker_engine_args
 
 NOW = 100.0
 EXACT_FIRST_CHUNK_ROWS = DELAY_ROWS + 4 + 10
+EXACT_UNSENT = unsent_frames_bound(PRESETS["exact"])
 
 streams = st.lists(
     st.builds(
         RunningStream,
         rows=st.integers(0, 600),
         first_row_at=st.one_of(st.none(), st.floats(NOW - 20.0, NOW)),
-        audio=st.booleans(),
+        unsent_frames=st.one_of(st.none(), st.integers(0, 40)),
     ),
     max_size=40,
 )
@@ -37,12 +40,47 @@ policies = st.builds(
 )
 
 
-def test_buffered_audio_is_what_was_generated_less_what_played_since_the_first_row() -> None:
+def test_buffered_audio_is_what_was_sent_less_what_played_since_the_first_row() -> None:
     # 57 rows = 50 frames after the delay = 2 s of audio; 0.5 s played.
     stream = RunningStream(rows=50 + DELAY_ROWS, first_row_at=NOW - 0.5)
     assert buffered_s(stream, NOW) == pytest.approx(50 / FRAMES_PER_SECOND - 0.5)
+    # Of those 50 frames, up to 34 (`exact`: holdback 10, chunks of up to 25)
+    # may not have left yet.
+    unsent = unsent_frames_bound(PRESETS["exact"])
+    assert unsent == 34
+    sent = RunningStream(rows=50 + DELAY_ROWS, first_row_at=NOW - 0.5, unsent_frames=unsent)
+    assert buffered_s(sent, NOW) == pytest.approx(16 / FRAMES_PER_SECOND - 0.5)
     assert buffered_s(RunningStream(rows=3, first_row_at=NOW - 1.0), NOW) == pytest.approx(-1.0)
     assert buffered_s(RunningStream(rows=0, first_row_at=None), NOW) == 0.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    chunking=st.one_of(
+        st.sampled_from(list(PRESETS.values())),
+        st.builds(
+            ChunkingParams,
+            first_chunk_frames=st.integers(1, 8),
+            chunk_frames=st.integers(1, 40),
+            left_context_frames=st.just(0),
+            right_holdback_frames=st.integers(0, 12),
+            chunk_growth=st.one_of(st.none(), st.floats(1.0, 3.0)),
+        ),
+    ),
+    frames=st.integers(0, 2000),
+)
+def test_no_more_frames_than_the_bound_wait_unsent_under_the_real_chunk_schedule(
+    chunking: ChunkingParams, frames: int
+) -> None:
+    """Replays the chunk planner's rule (``SlotCodec._plan``) frame by frame, as
+    the engine plans after every step: once the frames past the holdback
+    reach the next chunk's size (``next_chunk_frames``), all of them leave."""
+    emitted = 0
+    for complete in range(frames + 1):
+        pending = complete - chunking.right_holdback_frames - emitted
+        if pending > 0 and pending >= next_chunk_frames(chunking, emitted):
+            emitted += pending
+    assert frames - emitted <= unsent_frames_bound(chunking)
 
 
 @settings(max_examples=300, deadline=None)
@@ -58,7 +96,9 @@ def test_held_streams_are_the_most_buffered_audio_above_the_floor(
     eligible = [
         i
         for i, s in enumerate(running)
-        if s.audio and s.first_row_at is not None and buffered_s(s, NOW) >= policy.min_buffer_s
+        if s.unsent_frames is not None
+        and s.first_row_at is not None
+        and buffered_s(s, NOW) >= policy.min_buffer_s
     ]
     # As many as bring the batch to the cap, or every eligible one if fewer.
     assert len(held) == min(len(running) - policy.max_decode_batch, len(eligible))
@@ -92,7 +132,7 @@ def simulate(
     now, held_total = 0.0, 0
     while not all(s.done for s in sims):
         live = [s for s in sims if s.started_at <= now and not s.done]
-        views = [RunningStream(s.rows, s.first_row_at) for s in live]
+        views = [RunningStream(s.rows, s.first_row_at, EXACT_UNSENT) for s in live]
         held = set(streams_to_hold(policy, views, now))
         held_total += len(held)
         for i in held:
@@ -109,7 +149,7 @@ def simulate(
         for s in live:
             if s.first_row_at is None:
                 continue
-            buffer = buffered_s(RunningStream(s.rows, s.first_row_at), now)
+            buffer = buffered_s(RunningStream(s.rows, s.first_row_at, EXACT_UNSENT), now)
             seen = s.lowest_buffer_after_reaching_floor
             if seen is not None or buffer >= policy.min_buffer_s:
                 s.lowest_buffer_after_reaching_floor = buffer if seen is None else min(seen, buffer)

@@ -14,10 +14,12 @@ or no cap. That is earliest-deadline-first among the streams: a stream's
 deadline is the moment its listener runs out of audio, and a stream still
 before its first chunk has none buffered at all.
 
-The buffer is estimated from the engine's own clock, conservatively:
-playback is taken to start when the stream's first row was generated, which
-is earlier than its first chunk can reach the listener, so the estimate is
-never more than the real buffer.
+The buffer is estimated from the engine's own clock, conservatively, so
+that it is never more than what the listener holds: playback is taken to
+start when the stream's first row was generated, which is earlier than its
+first chunk can reach the listener, and of the audio generated, the frames
+that may not have left in a chunk yet are not counted: the holdback and up
+to a chunk's worth less one (:func:`unsent_frames_bound`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from realtime_engine.format import DELAY_ROWS, FRAMES_PER_SECOND
+from realtime_engine.format import DELAY_ROWS, FRAMES_PER_SECOND, ChunkingParams
 
 # Off by default. Served on one H100 at 256 streams (docs/bench/RESULTS.md
 # section 43), a cap of 160 cut TTFA p95 by a third and the audio made a second
@@ -78,28 +80,39 @@ class PacingPolicy:
         return self.max_decode_batch > 0
 
 
+def unsent_frames_bound(chunking: ChunkingParams) -> int:
+    """The most complete frames a stream with these chunking settings can have
+    generated and not yet sent: the holdback, plus less than one chunk (a
+    chunk leaves as soon as the frames past the holdback make it whole, and
+    no chunk is longer than ``chunk_frames``, nor the first than
+    ``first_chunk_frames``)."""
+    largest = max(chunking.chunk_frames, chunking.first_chunk_frames)
+    return chunking.right_holdback_frames + largest - 1
+
+
 class RunningStream(NamedTuple):
     """One running request as pacing sees it: ``rows`` generated so far, the
     engine-clock time its first row came (``None`` before it has one), and
-    whether it is audio for a listener (rows for a tool are never paced).
-    A tuple: the scheduler builds one per running request every step."""
+    for audio, :func:`unsent_frames_bound` of its chunking (``None``: rows
+    for a tool, never paced). A tuple: the scheduler builds one per running
+    request every step."""
 
     rows: int
     first_row_at: float | None
-    audio: bool = True
+    unsent_frames: int | None = 0
 
 
 def buffered_s(stream: RunningStream, now: float) -> float:
-    """Seconds of audio generated ahead of the (earliest possible) playback
-    position; negative for a stream that is behind real time."""
+    """Seconds of audio sent ahead of the (earliest possible) playback
+    position, at the least; negative for a stream behind real time."""
     if stream.first_row_at is None:
         return 0.0
-    audio_s = max(0, stream.rows - DELAY_ROWS) / FRAMES_PER_SECOND
-    return audio_s - (now - stream.first_row_at)
+    sent = max(0, stream.rows - DELAY_ROWS - (stream.unsent_frames or 0))
+    return sent / FRAMES_PER_SECOND - (now - stream.first_row_at)
 
 
 def streams_to_hold(
-    policy: PacingPolicy, running: Sequence[tuple[int, float | None, bool]], now: float
+    policy: PacingPolicy, running: Sequence[tuple[int, float | None, int | None]], now: float
 ) -> list[int]:
     """Indices into ``running`` (:class:`RunningStream` or plain tuples of its
     fields) of the streams that sit out this step: the most-buffered audio
@@ -111,9 +124,10 @@ def streams_to_hold(
     floor = policy.min_buffer_s
     ahead = []
     # buffered_s inlined: this runs over every running request at every step.
-    for i, (rows, first_row_at, audio) in enumerate(running):
-        if audio and first_row_at is not None:
-            seconds = max(0, rows - DELAY_ROWS) / FRAMES_PER_SECOND - (now - first_row_at)
+    for i, (rows, first_row_at, unsent) in enumerate(running):
+        if unsent is not None and first_row_at is not None:
+            sent = max(0, rows - DELAY_ROWS - unsent)
+            seconds = sent / FRAMES_PER_SECOND - (now - first_row_at)
             if seconds >= floor:
                 ahead.append((seconds, -i))
     # The most buffered first; among equals, the earliest in the running list.

@@ -20,14 +20,21 @@ from typing import Any
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from realtime_engine.talker.pacing import PacingPolicy, streams_to_hold
+from realtime_engine.format import ChunkingParams
+from realtime_engine.talker.pacing import PacingPolicy, streams_to_hold, unsent_frames_bound
 from realtime_engine.talker.vllm_protocol import EXTRA_ARGS_KEY, PACING_CONFIG_KEY
 
 
-def _wants_audio(request: Any) -> bool:
+def _unsent_frames(request: Any) -> int | None:
+    """:func:`unsent_frames_bound` of an audio request's chunking; None for a
+    request that asks for rows (or that the talker will refuse)."""
     params = getattr(request, "sampling_params", None)
     talker = ((params.extra_args if params is not None else None) or {}).get(EXTRA_ARGS_KEY)
-    return isinstance(talker, dict) and talker.get("chunking") is not None
+    chunking = talker.get("chunking") if isinstance(talker, dict) else None
+    try:
+        return unsent_frames_bound(ChunkingParams(*chunking)) if chunking else None
+    except (TypeError, ValueError):
+        return None
 
 
 class _Pacing:
@@ -41,8 +48,8 @@ class _Pacing:
         super().__init__(*args, **kwargs)
         config = getattr(self.vllm_config, "additional_config", None) or {}
         self.pacing = PacingPolicy.from_config(config.get(PACING_CONFIG_KEY))
-        # request id -> (its first row's time, whether it is audio for a listener)
-        self._seen: dict[str, tuple[float, bool]] = {}
+        # request id -> (its first row's time, its unsent-frames bound or None: rows)
+        self._seen: dict[str, tuple[float, int | None]] = {}
         self.held_steps = 0  # request-steps left out so far
         self.clock: Callable[[], float] = time.monotonic
 
@@ -53,13 +60,13 @@ class _Pacing:
         seen = self._seen
         for request in self.running:  # note each request's first row
             if request.request_id not in seen and request.num_output_tokens > 0:
-                seen[request.request_id] = (now, _wants_audio(request))
+                seen[request.request_id] = (now, _unsent_frames(request))
         if len(seen) > 2 * len(self.running) + 64:
             live = {request.request_id for request in self.running}
             self._seen = seen = {rid: first for rid, first in seen.items() if rid in live}
         if len(self.running) <= self.pacing.max_decode_batch:
             return []
-        not_yet = (None, False)
+        not_yet = (None, None)
         streams = [
             (request.num_output_tokens, *seen.get(request.request_id, not_yet))
             for request in self.running

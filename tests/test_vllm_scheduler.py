@@ -167,3 +167,26 @@ def test_pacing_off_or_under_the_cap_schedules_everyone(paced: Callable[..., Any
         for _ in range(60):
             assert sorted(step(scheduler, clock)) == list("abcd")
         assert scheduler.held_steps == 0
+
+
+def test_a_preempted_request_keeps_its_first_row_time(paced: Callable[..., Any]) -> None:
+    """The first-row times are pruned to vLLM's live requests, not to the
+    running ones: a preempted request keeps its own, or on its return its
+    listener's buffer would look as full as its rows."""
+    scheduler, clock = paced(max_decode_batch=4, min_buffer_s=0.5)
+    add(scheduler, "old")
+    for _ in range(3):
+        step(scheduler, clock)
+    first_row_at = scheduler._seen["old"][0]
+    # Preempted as vLLM does it under KV pressure, while a hundred finished
+    # requests' times wait to be pruned.
+    old = scheduler.requests["old"]
+    scheduler.running.remove(old)
+    scheduler._preempt_request(old, clock.now)
+    scheduler._seen.update({f"gone{i}": (clock.now, 34) for i in range(100)})
+    clock.now += 1.0
+    assert scheduler._held() == []
+    assert set(scheduler._seen) == {"old"}
+    # Back in the batch, it counts its playback from its first row still.
+    assert "old" in step(scheduler, clock)
+    assert scheduler._seen["old"][0] == first_row_at

@@ -41,6 +41,7 @@ class _Pacing:
     """The pacing half of a paced scheduler (mixed in before vLLM's class)."""
 
     running: list[Any]
+    requests: dict[str, Any]
     max_num_running_reqs: int
     vllm_config: Any
 
@@ -61,8 +62,10 @@ class _Pacing:
         for request in self.running:  # note each request's first row
             if request.request_id not in seen and request.num_output_tokens > 0:
                 seen[request.request_id] = (now, _unsent_frames(request))
-        if len(seen) > 2 * len(self.running) + 64:
-            live = {request.request_id for request in self.running}
+        if len(seen) > 2 * len(self.requests) + 64:
+            # Forget finished requests only: a preempted one keeps its first row's
+            # time, or its listener's buffer would look as full as its rows.
+            live = self.requests
             self._seen = seen = {rid: first for rid, first in seen.items() if rid in live}
         if len(self.running) <= self.pacing.max_decode_batch:
             return []

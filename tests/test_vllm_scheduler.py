@@ -190,3 +190,31 @@ def test_a_preempted_request_keeps_its_first_row_time(paced: Callable[..., Any])
     # Back in the batch, it counts its playback from its first row still.
     assert "old" in step(scheduler, clock)
     assert scheduler._seen["old"][0] == first_row_at
+
+
+def test_the_paced_scheduler_says_what_it_does_and_vllms_warning_about_it_is_dropped(
+    paced: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    from realtime_engine.talker.vllm_plugin import PacedSchedulerNotice
+
+    with caplog.at_level(logging.INFO, logger="realtime_engine.talker.vllm_scheduler"):
+        scheduler, _ = paced(max_decode_batch=96, min_buffer_s=2.0)
+    mode = "asynchronous" if scheduler.scheduler_config.async_scheduling else "synchronous"
+    assert "past 96 running, audio streams with 2.0 s or more sent ahead" in caplog.text
+    assert f"({mode} scheduling)" in caplog.text
+
+    def warning(scheduler_cls: str) -> logging.LogRecord:
+        message = "Using custom scheduler class %s. This scheduler interface is not public"
+        return logging.LogRecord(
+            "vllm.config.scheduler", 30, "", 0, message, (scheduler_cls,), None
+        )
+
+    notice = PacedSchedulerNotice()
+    assert not notice.filter(warning(PACED_SCHEDULER))
+    assert notice.filter(warning("my.own.Scheduler"))
+    assert any(
+        isinstance(f, PacedSchedulerNotice)
+        for f in logging.getLogger("vllm.config.scheduler").filters
+    )  # installed by the plugin's register(), which the scheduler's set-up ran

@@ -13,6 +13,7 @@ engine's ``additional_config`` (:data:`PACING_CONFIG_KEY`).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +24,8 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from realtime_engine.format import ChunkingParams
 from realtime_engine.talker.pacing import PacingPolicy, streams_to_hold, unsent_frames_bound
 from realtime_engine.talker.vllm_protocol import EXTRA_ARGS_KEY, PACING_CONFIG_KEY
+
+logger = logging.getLogger(__name__)
 
 
 def _unsent_frames(request: Any) -> int | None:
@@ -53,6 +56,13 @@ class _Pacing:
         self._seen: dict[str, tuple[float, int | None]] = {}
         self.held_steps = 0  # request-steps left out so far
         self.clock: Callable[[], float] = time.monotonic
+        logger.info(
+            "playback pacing: past %d running, audio streams with %.1f s or more sent ahead"
+            " of playback sit out a step, the most ahead first (%s scheduling)",
+            self.pacing.max_decode_batch,
+            self.pacing.min_buffer_s,
+            "asynchronous" if isinstance(self, AsyncScheduler) else "synchronous",
+        )
 
     def _held(self) -> list[Any]:
         if not self.pacing.active:

@@ -223,10 +223,4 @@ def test_the_talker_engine_is_paced_when_asked_and_checks_its_pacing_settings() 
         PACED_SCHEDULER
     )
     with pytest.raises(ValueError, match="pacing"):
-        talker_engine_args(
-            "/models/higgs",
-            enforce_eager=True,
-            codec_precision="fp32",
-            codec_batch=8,
-            additional_config={"higgs_pacing": {"max_decode_batch": -4}},
-        )
+        engine_args(max_decode_batch=-4)

@@ -10,17 +10,38 @@ from typing import Any
 import pytest
 from vllm_support.cpu_env import vllm_available
 
-from realtime_engine.format import FRAMES_PER_SECOND
+from realtime_engine.format import FRAMES_PER_SECOND, PRESETS, ChunkingParams
 from realtime_engine.talker.vllm_engine_config import PACED_SCHEDULER
-from realtime_engine.talker.vllm_protocol import EXTRA_ARGS_KEY, PACING_CONFIG_KEY
+from realtime_engine.talker.vllm_protocol import PACING_CONFIG_KEY, TalkerArgs
 
 pytestmark = [
     pytest.mark.vllm,
     pytest.mark.skipif(not vllm_available(), reason="vllm and triton are not installed"),
 ]
 
-AUDIO = {EXTRA_ARGS_KEY: {"chunking": [4, 25, 12, 10, 1.5]}}
-ROWS_ONLY = {EXTRA_ARGS_KEY: {"chunking": None}}
+
+def talker_args(chunking: ChunkingParams | None) -> dict[str, Any]:
+    """A request's extra arguments as the talker's runner sends them."""
+    args = TalkerArgs(
+        correlation_id="c",
+        endpoint="tcp://127.0.0.1:1",
+        audio_token_id=1,
+        eos_token_id=2,
+        temperature=0.0,
+        top_k=0,
+        top_p=1.0,
+        ras_window=0,
+        ras_max_repeat=0,
+        seed=0,
+        eoc_not_before=0,
+        eoc_at=0,
+        chunking=None if chunking is None else TalkerArgs.chunking_fields(chunking),
+    )
+    return args.to_extra_args()
+
+
+AUDIO = talker_args(PRESETS["exact"])
+ROWS_ONLY = talker_args(None)
 ROW_S = 1 / FRAMES_PER_SECOND
 
 

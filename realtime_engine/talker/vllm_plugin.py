@@ -11,6 +11,7 @@ import logging
 
 from realtime_engine.logs import route_engine_logs
 from realtime_engine.model.config import ARCHITECTURE, MODEL_TYPE
+from realtime_engine.talker.vllm_engine_config import PACED_SCHEDULER
 
 MODEL_CLASS_PATH = "realtime_engine.talker.vllm_model:HiggsMultimodalQwen3ForConditionalGeneration"
 # The logger of vLLM's scheduler settings (vllm/config/scheduler.py).
@@ -25,8 +26,6 @@ class PacedSchedulerNotice(logging.Filter):
     logs what pacing does instead."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        from realtime_engine.talker.vllm_engine_config import PACED_SCHEDULER
-
         return not (
             str(record.msg).startswith("Using custom scheduler class")
             and PACED_SCHEDULER in map(str, record.args or ())

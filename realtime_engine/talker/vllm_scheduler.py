@@ -21,9 +21,8 @@ from typing import Any
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from realtime_engine.format import ChunkingParams
 from realtime_engine.talker.pacing import PacingPolicy, streams_to_hold, unsent_frames_bound
-from realtime_engine.talker.vllm_protocol import EXTRA_ARGS_KEY, PACING_CONFIG_KEY
+from realtime_engine.talker.vllm_protocol import PACING_CONFIG_KEY, TalkerArgs, TalkerArgsError
 
 logger = logging.getLogger(__name__)
 
@@ -32,12 +31,13 @@ def _unsent_frames(request: Any) -> int | None:
     """:func:`unsent_frames_bound` of an audio request's chunking; None for a
     request that asks for rows (or that the talker will refuse)."""
     params = getattr(request, "sampling_params", None)
-    talker = ((params.extra_args if params is not None else None) or {}).get(EXTRA_ARGS_KEY)
-    chunking = talker.get("chunking") if isinstance(talker, dict) else None
     try:
-        return unsent_frames_bound(ChunkingParams(*chunking)) if chunking else None
-    except (TypeError, ValueError):
+        args = TalkerArgs.from_extra_args(params.extra_args if params is not None else None)
+    except TalkerArgsError:
         return None
+    if args is None or args.chunking is None:
+        return None
+    return unsent_frames_bound(args.chunking_params())
 
 
 class _Pacing:

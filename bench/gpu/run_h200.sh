@@ -27,6 +27,8 @@
 #   SWEEP_SESSION [{"output": {"frame_ms": 60}}]  SWEEP_ARGS [--no-decode]
 #   SWEEP_B_LEVELS ["": off]  SWEEP_B_ARGS [--no-decode --no-cut]: a second sweep on the same server
 #   right after the first (sweep_b.json), e.g. streams that end on their own instead of being cut
+#   SWEEP_PRESETS ["": off]  SWEEP_PRESET_LEVELS [$LEVELS]: after those, one sweep per latency preset
+#   named here (sweep_<preset>.json), SWEEP_SESSION with that preset, same server and SWEEP_ARGS
 #   TOKENS_PER_S [0: all text at once, so TTFA is the system's; 30 paces it like an LLM]
 #   HTTP_LEVELS [1,64] ("" skips)  HTTP_WARMUP [5]  HTTP_DURATION [15]
 #   PEER_LEVELS [1,16,64]  PEER_PROFILE [high_throughput]  PEER_START_TIMEOUT [420]
@@ -81,6 +83,8 @@ SWEEP_SESSION=${SWEEP_SESSION:-'{"output": {"frame_ms": 60}}'}
 SWEEP_ARGS=${SWEEP_ARGS---no-decode}
 SWEEP_B_LEVELS=${SWEEP_B_LEVELS:-}
 SWEEP_B_ARGS=${SWEEP_B_ARGS---no-decode --no-cut}
+SWEEP_PRESETS=${SWEEP_PRESETS:-}
+SWEEP_PRESET_LEVELS=${SWEEP_PRESET_LEVELS:-$LEVELS}
 TOKENS_PER_S=${TOKENS_PER_S:-0}
 HTTP_LEVELS=${HTTP_LEVELS-1,64}
 HTTP_WARMUP=${HTTP_WARMUP:-5}
@@ -609,6 +613,12 @@ sweep() {
   merge "$name" "${parts[@]}"
 }
 
+# preset_session PRESET: SWEEP_SESSION with its latency preset set to PRESET
+preset_session() {
+  "$PY" -c 'import json, sys; s = json.loads(sys.argv[1]); s["latency_preset"] = sys.argv[2]; print(json.dumps(s))' \
+    "$SWEEP_SESSION" "$1"
+}
+
 scrape_metrics() {
   [ "$DRY_RUN" = 1 ] && return 0
   "$PY" -c "import sys, urllib.request as u; sys.stdout.write(u.urlopen(sys.argv[1], timeout=10).read().decode())" \
@@ -630,6 +640,12 @@ gateway_phase() {
       sweep sweep_b "$SWEEP_B_LEVELS" "$SWEEP_WARMUP" "$SWEEP_DURATION" --url "http://127.0.0.1:$PORT" \
         --session "$SWEEP_SESSION" $SWEEP_B_ARGS
     fi
+    local p
+    for p in ${SWEEP_PRESETS//,/ }; do
+      # shellcheck disable=SC2086  # SWEEP_ARGS is a list of flags
+      sweep "sweep_$p" "$SWEEP_PRESET_LEVELS" "$SWEEP_WARMUP" "$SWEEP_DURATION" \
+        --url "http://127.0.0.1:$PORT" --session "$(preset_session "$p")" $SWEEP_ARGS
+    done
     if [ -n "$SERVED_TRACE" ]; then   # its own level: writing the trace stalls every stream
       # shellcheck disable=SC2086  # SWEEP_ARGS is a list of flags
       split_level "trace_c$SERVED_TRACE" $(( SWEEP_WARMUP + 5 + AUDIO_SECONDS + 30 )) "$SERVED_TRACE" \

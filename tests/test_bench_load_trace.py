@@ -192,6 +192,30 @@ def test_the_h200_script_runs_a_second_sweep_on_the_same_server(tmp_path: Path) 
     assert "sweep_b_c256.json" in merged
 
 
+def test_the_h200_script_sweeps_each_named_preset_on_the_same_server(tmp_path: Path) -> None:
+    lines = dry_run(
+        "bench/gpu/run_h200.sh",
+        tmp_path,
+        LEVELS="64",
+        SWEEP_PRESETS="latency,balanced",
+        SWEEP_PRESET_LEVELS="256",
+        HTTP_LEVELS="",
+    )
+    assert len([line for line in lines if "gateway.cli serve" in line]) == 1
+    for preset in ("latency", "balanced"):
+        runs = [line for line in lines if f"sweep_{preset}_c256_p" in line and "--url" in line]
+        assert len(runs) == 4  # 256 streams: four clients
+        for line in runs:
+            session = json.loads(line.split("--session ")[1].split(" --no-decode")[0])
+            assert session == {"output": {"frame_ms": 60}, "latency_preset": preset}
+        merged = next(
+            line for line in lines if "report merge" in line and f" sweep_{preset} " in line
+        )
+        assert f"sweep_{preset}_c256.json" in merged
+    first = [line for line in lines if "/sweep_c64 " in line and "--url" in line]
+    assert first and all("latency_preset" not in line for line in first)
+
+
 def _kernel(stream: int, ts: float, dur: float) -> dict[str, object]:
     return {
         "ph": "X",

@@ -31,10 +31,10 @@ from typing import Any, NamedTuple
 
 from realtime_engine.format import DELAY_ROWS, FRAMES_PER_SECOND, ChunkingParams
 
-# Off by default. Served on one H100 at 256 streams (docs/bench/RESULTS.md
-# section 43), a cap of 160 cut TTFA p95 by a third and the audio made a second
-# by a fifth (the streams wait once they are a second ahead): a choice for
-# deployments that put first audio under load before raw throughput.
+# Off by default. Served at 256 streams (docs/bench/RESULTS.md sections 43-44),
+# a cap of 160 cut TTFA p95 by a third and the audio made a second by a fifth on
+# a slow H100, while on a faster one caps of 192 and 224 made p95 later: a choice
+# to measure on the deployment's own hardware.
 DEFAULT_MAX_DECODE_BATCH = 0
 SUGGESTED_MAX_DECODE_BATCH = 160
 DEFAULT_MIN_BUFFER_S = 1.0

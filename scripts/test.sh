@@ -18,7 +18,7 @@ export VOICE_STORE_TESTS_REQUIRED=1
 export TESTS_NO_SKIPS=1
 echo "[test] ruff"; ruff check .
 echo "[test] mypy"; mypy
-echo "[test] pytest"; python -m pytest -q -ra "$@"
+echo "[test] pytest"; python -m pytest -q -ra --durations=30 "$@"
 # The whole run (no arguments) also checks that the client SDK installs and
 # streams without torch: a fresh venv with the base install only.
 if [ $# -eq 0 ]; then echo "[test] base install"; python scripts/check_base_install.py; fi

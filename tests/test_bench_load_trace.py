@@ -10,6 +10,7 @@ import pytest
 from script_support import dry_run
 
 from bench.gpu.load_trace import Workload, device_report, device_time, kernel_kind, workload_prompts
+from gateway.protocol.config import SessionConfig
 from realtime_engine.model.prompts import TalkerPrompt
 from realtime_engine.model.tokenizer import HiggsTokenizer
 
@@ -192,22 +193,34 @@ def test_the_h200_script_runs_a_second_sweep_on_the_same_server(tmp_path: Path) 
     assert "sweep_b_c256.json" in merged
 
 
-def test_the_h200_script_sweeps_each_named_preset_on_the_same_server(tmp_path: Path) -> None:
+def test_the_h200_script_sweeps_each_preset_or_chunking_on_one_server(tmp_path: Path) -> None:
     lines = dry_run(
         "bench/gpu/run_h200.sh",
         tmp_path,
         LEVELS="64",
-        SWEEP_PRESETS="latency,balanced",
+        SWEEP_PRESETS="latency,balanced,exact4=4:25:12:10",
         SWEEP_PRESET_LEVELS="256",
         HTTP_LEVELS="",
     )
     assert len([line for line in lines if "gateway.cli serve" in line]) == 1
-    for preset in ("latency", "balanced"):
+    exact4 = {
+        "latency_preset": "custom",
+        "chunking": {
+            "first_chunk_frames": 4,
+            "chunk_frames": 25,
+            "left_context_frames": 12,
+            "right_holdback_frames": 10,
+        },
+    }
+    asked = {"latency": {"latency_preset": "latency"}, "balanced": {"latency_preset": "balanced"}}
+    asked["exact4"] = exact4
+    for preset, session_asks in asked.items():
         runs = [line for line in lines if f"sweep_{preset}_c256_p" in line and "--url" in line]
         assert len(runs) == 4  # 256 streams: four clients
         for line in runs:
             session = json.loads(line.split("--session ")[1].split(" --no-decode")[0])
-            assert session == {"output": {"frame_ms": 60}, "latency_preset": preset}
+            assert session == {"output": {"frame_ms": 60}, **session_asks}
+            SessionConfig.model_validate(session)  # the server would take it
         merged = next(
             line for line in lines if "report merge" in line and f" sweep_{preset} " in line
         )

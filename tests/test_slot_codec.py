@@ -281,7 +281,7 @@ def test_a_listener_at_the_low_water_gets_what_is_committed_at_once(
 ) -> None:
     """Four frames a call too: a listener at the low water takes its frames out of
     their wait, so what it gets is every committed sample, as with one a call."""
-    exact = get_preset("exact")  # first chunk 4 frames (160 ms), then 6, holdback 10
+    exact = ChunkingParams(4, 25, 12, 10)  # first chunk 4 frames (160 ms), then 6
     rows = talker_rows(40, 5)
     slow, clockless = Harness(codec, frames_per_call=per_call), Harness(codec)
     for h in (slow, clockless):
@@ -797,9 +797,15 @@ def test_frames_stepped_several_a_call_change_no_chunk(
             seen.append(sorted((p.key, p.first_frame, p.emit, p.final) for p in h.step()))
         seen.append(sorted((p.key, p.first_frame, p.emit, p.final) for p in h.step()))
     assert steps[0] == steps[1]
-    for i in range(len(rows)):
-        # the same arithmetic, summed in another order by the longer convolutions
-        assert peak_error(harnesses[1].audio(f"r{i}"), harnesses[0].audio(f"r{i}")) <= 1e-5
+    for i, r in enumerate(rows):
+        # the same arithmetic, summed in another order by the longer convolutions:
+        # each within float32's rounding of the whole decode, so within twice it of
+        # each other
+        if chunking.right_holdback_frames >= RECEPTIVE_FIELD_FRAMES:
+            ref = offline(codec, r)
+            for h in harnesses:
+                assert peak_error(h.audio(f"r{i}").astype(np.float64), ref) <= 1e-5
+        assert peak_error(harnesses[1].audio(f"r{i}"), harnesses[0].audio(f"r{i}")) <= 2e-5
 
 
 def test_after_the_first_chunk_frames_wait_until_a_call_is_full_or_a_chunk_is_due(

@@ -28,7 +28,8 @@
 #   SWEEP_B_LEVELS ["": off]  SWEEP_B_ARGS [--no-decode --no-cut]: a second sweep on the same server
 #   right after the first (sweep_b.json), e.g. streams that end on their own instead of being cut
 #   SWEEP_PRESETS ["": off]  SWEEP_PRESET_LEVELS [$LEVELS]: after those, one sweep per latency preset
-#   named here (sweep_<preset>.json), SWEEP_SESSION with that preset, same server and SWEEP_ARGS
+#   named here (sweep_<preset>.json), SWEEP_SESSION with that preset, same server and SWEEP_ARGS;
+#   NAME=F:C:L:H names a custom chunking instead (sweep_NAME.json; e.g. exact4=4:25:12:10)
 #   TOKENS_PER_S [0: all text at once, so TTFA is the system's; 30 paces it like an LLM]
 #   HTTP_LEVELS [1,64] ("" skips)  HTTP_WARMUP [5]  HTTP_DURATION [15]
 #   PEER_LEVELS [1,16,64]  PEER_PROFILE [high_throughput]  PEER_START_TIMEOUT [420]
@@ -613,10 +614,18 @@ sweep() {
   merge "$name" "${parts[@]}"
 }
 
-# preset_session PRESET: SWEEP_SESSION with its latency preset set to PRESET
+# preset_session PRESET: SWEEP_SESSION with its latency preset set to PRESET, or for NAME=F:C:L:H
+# a custom chunking of F first frames, C chunk frames, L left context and H holdback
 preset_session() {
-  "$PY" -c 'import json, sys; s = json.loads(sys.argv[1]); s["latency_preset"] = sys.argv[2]; print(json.dumps(s))' \
-    "$SWEEP_SESSION" "$1"
+  "$PY" -c 'import json, sys
+s, p = json.loads(sys.argv[1]), sys.argv[2]
+if "=" in p:
+    keys = ("first_chunk_frames", "chunk_frames", "left_context_frames", "right_holdback_frames")
+    s["latency_preset"] = "custom"
+    s["chunking"] = dict(zip(keys, map(int, p.split("=", 1)[1].split(":")), strict=True))
+else:
+    s["latency_preset"] = p
+print(json.dumps(s))' "$SWEEP_SESSION" "$1"
 }
 
 scrape_metrics() {
@@ -643,7 +652,7 @@ gateway_phase() {
     local p
     for p in ${SWEEP_PRESETS//,/ }; do
       # shellcheck disable=SC2086  # SWEEP_ARGS is a list of flags
-      sweep "sweep_$p" "$SWEEP_PRESET_LEVELS" "$SWEEP_WARMUP" "$SWEEP_DURATION" \
+      sweep "sweep_${p%%=*}" "$SWEEP_PRESET_LEVELS" "$SWEEP_WARMUP" "$SWEEP_DURATION" \
         --url "http://127.0.0.1:$PORT" --session "$(preset_session "$p")" $SWEEP_ARGS
     done
     if [ -n "$SERVED_TRACE" ]; then   # its own level: writing the trace stalls every stream

@@ -44,6 +44,27 @@ def one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(previous)
 
 
+@pytest.fixture
+def few_interpreted_programs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fused kernels launched as one program per slot and step, up to 1024 samples.
+
+    Triton's interpreter runs each program of a launch in Python, so an interpreted
+    test's time goes with its program count (a streaming codec's test: about 8x
+    less). For the tests of what a stream carries from step to step (histories,
+    start masks, slots); each kernel's own tests cover its tile edges at the real
+    launches."""
+    from realtime_engine.codec import fused_output, fused_unit, fused_upsample
+
+    wide = 1024
+    monkeypatch.setattr(fused_unit, "unit_launch", lambda padded, activate: (wide, 4))
+    monkeypatch.setattr(
+        fused_upsample,
+        "upsample_tile",
+        lambda out_block, inputs: max(fused_upsample.MIN_DOT, min(wide, 1 << inputs.bit_length())),
+    )
+    monkeypatch.setattr(fused_output, "output_tile", lambda channels: wide)
+
+
 @pytest.fixture(scope="session")
 def tiny_checkpoint(_model_cache: Path) -> Path:
     """Directory of the tiny checkpoint (config.json, model.safetensors, tokenizer files).

@@ -209,6 +209,7 @@ def streamed(core: StreamingCodec, codes: torch.Tensor, groups: list[int]) -> to
     return torch.cat(out, -1)[:, core.delay :]
 
 
+@pytest.mark.usefixtures("few_interpreted_programs")
 @settings(max_examples=2, deadline=None)
 @given(
     groups=st.lists(st.integers(1, 8), min_size=2, max_size=6),
@@ -233,10 +234,13 @@ def test_a_codec_with_fused_units_streams_the_whole_decode(
 
 @pytest.mark.parametrize("mode", [True, "activation", "narrow"])
 def test_slots_at_different_points_of_their_utterances_are_masked_apart(
-    codec: CodecDecoder, mode: FusedUnits
+    codec: CodecDecoder, mode: FusedUnits, request: pytest.FixtureRequest
 ) -> None:
     """One slot starts while the other is mid-utterance: the start mask is per slot
-    and per sample, so each still streams its own whole decode."""
+    and per sample, so each still streams its own whole decode (the units alone at
+    their real launches, several programs a slot and step)."""
+    if mode is not True:
+        request.getfixturevalue("few_interpreted_programs")
     g = torch.Generator().manual_seed(7)
     lead, together = 8, MIN_FRAMES
     early = torch.randint(0, 1024, (8, lead + together), generator=g)
@@ -276,6 +280,7 @@ def test_without_a_gpu_or_the_interpreter_the_units_run_layer_by_layer(
 # -- building the kernels before the first step ---------------------------------------
 
 
+@pytest.mark.usefixtures("few_interpreted_programs")
 def test_a_deferred_step_runs_no_kernel_and_builds_each_once(codec: CodecDecoder) -> None:
     """Inside ``deferred_launches`` a step records one launch per fused layer and
     runs none, so the fused output layer's audio is zeros; the launches build
@@ -307,6 +312,7 @@ def test_slots_build_their_fused_kernels_before_warming_up(
     assert (built in caplog.text) == (mode == "narrow")
 
 
+@pytest.mark.usefixtures("few_interpreted_programs")
 def test_a_failed_build_at_once_leaves_the_kernels_to_the_first_step(
     codec: CodecDecoder, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -519,6 +519,7 @@ def test_the_compiled_step_autotuned_traces_once_and_is_exact(codec: CodecDecode
     assert traced == 1
 
 
+@pytest.mark.usefixtures("few_interpreted_programs")
 @pytest.mark.parametrize("mode", [True, "activation", "narrow"])
 def test_the_compiled_step_with_fused_units_traces_once_and_is_exact(
     codec: CodecDecoder, monkeypatch: pytest.MonkeyPatch, mode: FusedUnits

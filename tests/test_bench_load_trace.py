@@ -201,6 +201,7 @@ def test_the_h200_script_sweeps_each_preset_or_chunking_on_one_server(tmp_path: 
         SWEEP_PRESETS="latency,balanced,exact4=4:25:12:10",
         SWEEP_PRESET_LEVELS="256",
         HTTP_LEVELS="",
+        PRESETS="latency,exact4=4:25:12:10",
     )
     assert len([line for line in lines if "gateway.cli serve" in line]) == 1
     exact4 = {
@@ -227,6 +228,14 @@ def test_the_h200_script_sweeps_each_preset_or_chunking_on_one_server(tmp_path: 
         assert f"sweep_{preset}_c256.json" in merged
     first = [line for line in lines if "/sweep_c64 " in line and "--url" in line]
     assert first and all("latency_preset" not in line for line in first)
+    # one stream per preset or chunking, before the sweeps
+    for preset, session_asks in (("latency", asked["latency"]), ("exact4", exact4)):
+        (line,) = [line for line in lines if f"/preset_{preset} " in line and "--url" in line]
+        session = json.loads(line.split("--session ")[1].split(" > ")[0])
+        assert session == {"max_audio_seconds": 2, **session_asks}
+        SessionConfig.model_validate(session)
+    merged = next(line for line in lines if "report merge" in line and " presets " in line)
+    assert "latency=" in merged and "exact4=" in merged and "preset_exact4.json" in merged
 
 
 def _kernel(stream: int, ts: float, dur: float) -> dict[str, object]:

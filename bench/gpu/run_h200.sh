@@ -22,7 +22,8 @@
 #   MODEL [$CKPT]  TALKER [vllm]  TALKER_OPTIONS [none: the defaults]  (the headline run passes neither
 #   TALKER_OPTIONS nor SERVE_ARGS: `serve --model M --engine higgs` with what a user gets)
 #   SERVE_ARGS [extra `serve` flags]  GW_WHEELS [.whl/gw]  MAKE_CKPT [.whl/peer/make_full_higgs.py]
-#   PRESETS [latency,balanced,exact]  PRESET_WARMUP [3]  PRESET_DURATION [10]  PRESET_MAX_AUDIO [2]
+#   PRESETS [latency,balanced,exact]  PRESET_WARMUP [3]  PRESET_DURATION [10]  PRESET_MAX_AUDIO [2]:
+#   one stream per latency preset (preset_<preset>.json), or NAME=F:C:L:H as in SWEEP_PRESETS
 #   LEVELS [1,16,64,128,256,384]  SWEEP_WARMUP [10]  SWEEP_DURATION [15]  AUDIO_SECONDS [10]
 #   SWEEP_SESSION [{"output": {"frame_ms": 60}}]  SWEEP_ARGS [--no-decode]
 #   SWEEP_B_LEVELS ["": off]  SWEEP_B_ARGS [--no-decode --no-cut]: a second sweep on the same server
@@ -590,12 +591,13 @@ merge() {  # merge NAME PART...
 }
 
 presets() {
-  local parts=() p
+  local parts=() p name
   for p in ${PRESETS//,/ }; do
-    level "preset_$p" $(( PRESET_WARMUP + PRESET_DURATION + 15 )) --url "http://127.0.0.1:$PORT" \
+    name=${p%%=*}
+    level "preset_$name" $(( PRESET_WARMUP + PRESET_DURATION + 15 )) --url "http://127.0.0.1:$PORT" \
       --levels 1 --warmup "$PRESET_WARMUP" --duration "$PRESET_DURATION" \
-      --session "{\"latency_preset\": \"$p\", \"max_audio_seconds\": $PRESET_MAX_AUDIO}"
-    parts+=("$p=$RES/preset_$p.json")
+      --session "$(preset_session "$p" "{\"max_audio_seconds\": $PRESET_MAX_AUDIO}")"
+    parts+=("$name=$RES/preset_$name.json")
   done
   merge presets "${parts[@]}"
 }
@@ -614,18 +616,19 @@ sweep() {
   merge "$name" "${parts[@]}"
 }
 
-# preset_session PRESET: SWEEP_SESSION with its latency preset set to PRESET, or for NAME=F:C:L:H
-# a custom chunking of F first frames, C chunk frames, L left context and H holdback
+# preset_session PRESET [SESSION]: SESSION (by default SWEEP_SESSION) with its latency preset set to
+# PRESET, or for NAME=F:C:L:H a custom chunking of F first frames, C chunk frames, L left context
+# and H holdback
 preset_session() {
   "$PY" -c 'import json, sys
-s, p = json.loads(sys.argv[1]), sys.argv[2]
+s, p = json.loads(sys.argv[2]), sys.argv[1]
 if "=" in p:
     keys = ("first_chunk_frames", "chunk_frames", "left_context_frames", "right_holdback_frames")
     s["latency_preset"] = "custom"
     s["chunking"] = dict(zip(keys, map(int, p.split("=", 1)[1].split(":")), strict=True))
 else:
     s["latency_preset"] = p
-print(json.dumps(s))' "$SWEEP_SESSION" "$1"
+print(json.dumps(s))' "$1" "${2:-$SWEEP_SESSION}"
 }
 
 scrape_metrics() {

@@ -2,9 +2,9 @@
 # The calls after the vLLM kit's ten parts (bench/gpu/README.md; the tenth also installs), on one
 # machine back to back, measuring `exact`'s first chunk (docs/presets.md, "Why these values"; not
 # run yet, so no RESULTS.md section): the gateway's wheels and the random checkpoint
-# (10); the gateway with no flag, one stream, then 256 streams asking for the default (`exact`, a
-# first chunk of 4 frames), then for `exact`'s holdback with a first chunk of 1 frame and of 2, on
-# the same server (11); a warm start with no flag, 64 and 128 streams, the same three each (12).
+# (10); the gateway with no flag, one stream each for `latency`, `exact` and `exact` with a first
+# chunk of 1 frame, then 256 streams asking for the default (`exact`, a first chunk of 4 frames),
+# then for `exact`'s holdback with a first chunk of 1 frame and of 2, on the same server (11); a warm start with no flag, 64 and 128 streams, the same three each (12).
 export GW_WHEELS=/root/gw MAKE_CKPT=/root/make_full_higgs.py
 case ${CALL:?CALL=10, 11 or 12} in
   10)  # the gateway's wheels, libopus and the real-size random checkpoint

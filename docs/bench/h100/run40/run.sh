@@ -12,12 +12,12 @@ case ${CALL:?CALL=10, 11 or 12} in
     bash .whl/device_install.sh install && time PHASE=prep bash bench/gpu/run_h200.sh ;;
   11)  # speech-gateway serve --model /root/higgs_v3_random --engine higgs, nothing else
     bash .whl/device_install.sh install
-    TAG=r23_first SWEEP_PRESETS=${SWEEP_PRESETS:-exact1=1:25:12:10,exact2=2:25:12:10} \
+    TAG=r23_first SWEEP_PRESETS=${SWEEP_PRESETS:-exact1=1:25:12:10} \
       PRESETS=${PRESETS:-latency,exact,exact1=1:25:12:10} \
       BUDGET_S=${BUDGET_S:-560} START_TIMEOUT=330 LEVELS=${LEVELS:-256} bash bench/gpu/served_start.sh ;;
   12)  # the same server flags again (warm caches), 64 and 128 streams, each chunking
     bash .whl/device_install.sh install
-    TAG=r23_low SWEEP_PRESETS=${SWEEP_PRESETS:-exact1=1:25:12:10,exact2=2:25:12:10} \
+    TAG=r23_low SWEEP_PRESETS=${SWEEP_PRESETS:-exact1=1:25:12:10} \
       BUDGET_S=${BUDGET_S:-540} START_TIMEOUT=240 PRESETS=latency \
       LEVELS=${LEVELS:-64,128} bash bench/gpu/served_start.sh ;;
 esac

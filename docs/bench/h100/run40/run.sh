@@ -4,7 +4,9 @@
 # run yet, so no RESULTS.md section): the gateway's wheels and the random checkpoint
 # (10); the gateway with no flag, one stream each for `latency`, `exact` and `exact` with a first
 # chunk of 1 frame, then 256 streams asking for the default (`exact`, a first chunk of 4 frames),
-# then for `exact`'s holdback with a first chunk of 1 frame and of 2, on the same server (11); a warm start with no flag, 64 and 128 streams, the same three each (12).
+# then for `exact`'s holdback with a first chunk of 1 frame, on the same server (11); a warm start
+# with no flag, 64 and 128 streams, the same two each (12). (SWEEP_PRESETS=exact1=1:25:12:10,
+# exact2=2:25:12:10 adds a first chunk of 2 frames, the least that fills a 60 ms Opus packet.)
 export GW_WHEELS=/root/gw MAKE_CKPT=/root/make_full_higgs.py
 case ${CALL:?CALL=10, 11 or 12} in
   10)  # the gateway's wheels, libopus and the real-size random checkpoint

@@ -1,7 +1,7 @@
 #!/bin/bash
 # The calls after the vLLM kit's ten parts (bench/gpu/README.md; the tenth also installs), on one
-# machine back to back, measuring `exact`'s first chunk (docs/presets.md, "Why these values"; not
-# run yet, so no RESULTS.md section): the gateway's wheels and the random checkpoint
+# machine back to back, measuring `exact`'s first chunk (docs/presets.md, "Why these values";
+# RESULTS.md section 45, calls 10 and 11): the gateway's wheels and the random checkpoint
 # (10); the gateway with no flag, one stream each for `latency`, `exact` and `exact` with a first
 # chunk of 1 frame, then 256 streams asking for the default (`exact`, a first chunk of 4 frames),
 # then for `exact`'s holdback with a first chunk of 1 frame, on the same server (11); a warm start

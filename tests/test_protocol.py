@@ -218,6 +218,9 @@ def test_session_update_merging_rules() -> None:
     assert s.latency_preset == "custom" and s.chunking is not None
     # the other fields keep the default preset's (exact: 4 first frames)
     assert s.chunking.first_chunk_frames == 4 and s.chunking.right_holdback_frames == 4
+    # docs/presets.md's recipe for exact audio with a one-frame first chunk
+    early = apply_session_update(SESSION, {"chunking": {"first_chunk_frames": 1}}).chunking
+    assert early == PRESETS["exact"].model_copy(update={"first_chunk_frames": 1})
     s = apply_session_update(s, {"latency_preset": "latency"})
     assert s.chunking == PRESETS["latency"]
     both = {"latency_preset": "exact", "chunking": PRESETS["exact"].model_dump()}

@@ -237,8 +237,8 @@ def test_slots_at_different_points_of_their_utterances_are_masked_apart(
     codec: CodecDecoder, mode: FusedUnits, request: pytest.FixtureRequest
 ) -> None:
     """One slot starts while the other is mid-utterance: the start mask is per slot
-    and per sample, so each still streams its own whole decode (the units alone at
-    their real launches, several programs a slot and step)."""
+    and per sample, so each still streams its own whole decode (with ``True``, the
+    units at their real launches: several programs a slot and step)."""
     if mode is not True:
         request.getfixturevalue("few_interpreted_programs")
     g = torch.Generator().manual_seed(7)
